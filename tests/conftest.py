@@ -1,0 +1,102 @@
+"""Shared test set-up: no network beyond loopback, no model configured unless a test starts one,
+and a real OpenAI-compatible HTTP server on 127.0.0.1 for the model path."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "lessons")]
+TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
+
+_connect = socket.socket.connect
+_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback(host) -> bool:
+    if host in ("localhost", "", None):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_connect(sock, address):
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and not _loopback(address[0]):
+        raise ConnectionRefusedError(f"tests may not reach {address[0]}: only loopback is allowed")
+    return _connect(sock, address)
+
+
+def _guarded_getaddrinfo(host, *args, **kwargs):
+    if not _loopback(host):
+        raise socket.gaierror(f"tests may not resolve {host}: only loopback is allowed")
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+socket.socket.connect = _guarded_connect
+socket.getaddrinfo = _guarded_getaddrinfo
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    """Every test starts with no model configured and in an empty folder, so no .env is read."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def chat_response(content=None, tool_calls=None, model="test-model") -> dict:
+    """A chat.completions response body, as an OpenAI-compatible server sends it."""
+    message = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = [{"id": cid, "type": "function",
+                                  "function": {"name": name, "arguments": json.dumps(args)}}
+                                 for cid, name, args in tool_calls]
+    return {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+class FakeOpenAI:
+    """A scripted OpenAI-compatible server: `reply(body) -> (status, json)` answers each request,
+    and every request body is kept in `requests` for the test to inspect."""
+
+    def __init__(self, httpserver, reply):
+        from werkzeug import Response
+        self.requests: list[dict] = []
+        self.base_url = httpserver.url_for("/v1")
+
+        def handle(request):
+            body = json.loads(request.data)
+            self.requests.append(body)
+            status, payload = reply(body)
+            return Response(json.dumps(payload), status=status, content_type="application/json")
+
+        httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(handle)
+
+
+@pytest.fixture
+def fake_openai(httpserver, monkeypatch):
+    """Start a fake server with a reply function, and point the environment at it."""
+    def start(reply) -> FakeOpenAI:
+        server = FakeOpenAI(httpserver, reply)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        return server
+    return start
+
+
+def load_trajectories(name: str) -> list[list[dict]]:
+    """Recorded conversations from ../shared/trajectories, or a clean skip when they are absent."""
+    path = TRAJECTORIES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not here (it is shared data beside the checkout)")
+    return [json.loads(line)["messages"] for line in path.read_text(encoding="utf-8").splitlines() if line]
