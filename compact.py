@@ -34,8 +34,22 @@ from typing import Callable
 
 _ENCODING = None  # the exact o200k tokenizer, loaded on first use when `pip install .[tokens]` ran
 
-# One regex pass splits text into the pieces a BPE tokenizer also splits on.
-_PIECES = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uff00-\uffef]|[A-Za-z]+|\d+|\s+|[^\sA-Za-z\d]")
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"  # kana, Han, Hangul
+_LOWER = rf"[^\W\d_A-Z{_CJK}]"  # a letter that is neither A-Z nor CJK
+# Each match is about one o200k token. Only a CJK match captures (group 1), so findall()
+# returns the character for CJK pieces and "" for every other piece.
+_PIECE = re.compile(rf"""
+    \ [A-Z]*{_LOWER}{{1,10}}                # " word": a common word with its leading space
+  | (?:[^\w\s]|_)?(?:[A-Z]*{_LOWER}{{1,5}}|[A-Z]{{1,5}})  # glued to "/", "_", "." (paths and
+                                          #   identifiers) words split: ~5 letters a token
+  | \ [A-Z]{{1,10}}                       # " ABC": an upper-case run with its space
+  | \d{{1,3}}                             # digit runs split into groups of at most three
+  | [-=.*\#~_]{{4,64}}                    # ruler lines (=====, ----) are long tokens
+  | \ ?(?:[^\w\s\x00-\x1f]|_){{1,3}}[\r\n/]*  # ~3 symbols a token, with a following newline
+  | \s*[\r\n]+                            # a run of line breaks
+  | \ ?([{_CJK}])                         # one CJK character (weighted below)
+  | \s{{1,100}}(?!\S) | \s | .             # indentation; anything else is one token each
+""", re.X)
 
 
 def _exact_encoding():
@@ -51,21 +65,19 @@ def _exact_encoding():
 
 
 def heuristic_tokens(text: str) -> int:
-    """Count tokens without a tokenizer: chars/4 is off by half on Chinese and logs (lesson 04)."""
-    n = 0.0
-    for piece in _PIECES.findall(text):
-        c = piece[0]
-        if c.isalpha() and not c.isascii():
-            n += 1.0  # a CJK character is about one token
-        elif c.isalpha():
-            n += 1 + (len(piece) - 1) // 8  # common words are one token; long identifiers split
-        elif c.isdigit():
-            n += math.ceil(len(piece) / 3)  # o200k splits digit runs into groups of three
-        elif c.isspace():
-            n += 0.5 if piece == " " else 1.0  # a single space usually merges into the next word
-        else:
-            n += 0.6  # punctuation often merges with its neighbour ("):", "==")
-    return math.ceil(n)
+    """Count tokens without a tokenizer. chars/4 is off by half on Chinese and logs; this is within
+    a few percent of o200k on prose, code, JSON, logs and Chinese (lesson 04)."""
+    pieces = _PIECE.findall(text)
+    cjk = len(pieces) - pieces.count("")
+    return math.ceil(len(pieces) - cjk + 0.75 * cjk)  # common Chinese words (数据库) are one token
+
+
+def exact_tokens(text: str, encoding) -> int:
+    """The tokenizer refuses very long inputs, so long text is counted in pieces.
+    disallowed_special=(): an "<|endoftext|>" inside a tool output is plain text."""
+    step = 100_000
+    return sum(len(encoding.encode(text[i:i + step], disallowed_special=()))
+               for i in range(0, len(text), step))
 
 
 _TOKEN_CACHE: dict[int, tuple[str, int]] = {}
@@ -77,7 +89,7 @@ def text_tokens(text: str) -> int:
     if hit is not None and hit[0] is text:  # the cache holds the string, so its id cannot be reused
         return hit[1]
     encoding = _exact_encoding()
-    n = len(encoding.encode(text)) if encoding else heuristic_tokens(text)
+    n = exact_tokens(text, encoding) if encoding else heuristic_tokens(text)
     if len(_TOKEN_CACHE) > 100_000:
         _TOKEN_CACHE.clear()
     _TOKEN_CACHE[id(text)] = (text, n)
@@ -151,6 +163,10 @@ def pair_tool_results(messages: list[dict]) -> dict[int, dict]:
     return pairs
 
 
+def call_name(call: dict) -> str:
+    return (call.get("function") or {}).get("name") or "?"
+
+
 def describe_call(call: dict, width: int = 80) -> str:
     """`read_file(src/app.py)`: a call in one short line, for placeholders and transcripts."""
     fn = call.get("function") or {}
@@ -163,7 +179,7 @@ def describe_call(call: dict, width: int = 80) -> str:
     shown = " ".join(shown.split())
     if len(shown) > width:
         shown = shown[: width - 1] + "…"
-    return f"{fn.get('name', '?')}({shown})"
+    return f"{call_name(call)}({shown})"
 
 
 def _with_content(message: dict, text: str) -> dict:
@@ -188,8 +204,7 @@ def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
     out = list(messages)
     for i in results:
         call, text = pairs[i], content_text(messages[i])
-        name = (call.get("function") or {}).get("name")
-        if i in protected or name in precise_tools or text.startswith("[pruned]"):
+        if i in protected or call_name(call) in precise_tools or text.startswith("[pruned]"):
             continue
         note = (f"[pruned] {describe_call(call)}: {len(text):,} chars, "
                 f"{text.count(chr(10)) + 1:,} lines; re-run the call to see it again")
@@ -222,7 +237,7 @@ def snip_long_outputs(messages, max_tokens=2_000, precise_tools=()):
     out = list(messages)
     for i, call in pairs.items():
         text = content_text(messages[i])
-        if call.get("function", {}).get("name") in precise_tools or text_tokens(text) <= max_tokens:
+        if call_name(call) in precise_tools or text_tokens(text) <= max_tokens:
             continue
         out[i] = _with_content(messages[i], snip_text(text, max_chars=max_tokens * 3))
     return out
@@ -234,7 +249,7 @@ def clear_tool_results(messages, tools=("cache_get", "cache_set")):
     last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
     out = list(messages)
     for i, call in pairs.items():
-        if i < last_assistant and call.get("function", {}).get("name") in tools:
+        if i < last_assistant and call_name(call) in tools:
             if content_text(messages[i]) != "[tool cleared]":
                 out[i] = _with_content(messages[i], "[tool cleared]")
     return out
@@ -249,6 +264,7 @@ def dedupe_tool_results(messages, precise_tools=()):
         fn = pairs[i].get("function") or {}
         text = content_text(messages[i])
         key = (fn.get("name"), fn.get("arguments"), text)
+        # a short output costs less than the pointer that would replace it
         if key in seen and fn.get("name") not in precise_tools and len(text) > 200:
             out[i] = _with_content(messages[i], f"[duplicate] same output as the later "
                                                 f"{describe_call(pairs[i])} result below")
@@ -288,7 +304,8 @@ def shorten_tool_arguments(messages, max_chars=400, keep_last=3):
 
 
 def merge_same_role(messages):
-    """Join consecutive plain user texts, or plain assistant texts, keeping every word (lesson 14)."""
+    """Join consecutive plain user texts, or plain assistant texts, keeping every word. Both OpenAI
+    and Anthropic accept the merged form; each message saved is framing not paid again (lesson 14)."""
     out: list[dict] = []
     for m in messages:
         prev = out[-1] if out else None
@@ -301,7 +318,7 @@ def merge_same_role(messages):
 
 
 def _is_plain_text(m: dict) -> bool:
-    return isinstance(m.get("content"), str) and not m.get("tool_calls") and not is_summary(m)
+    return isinstance(m.get("content"), str) and not m.get("tool_calls") and not is_generated(m)
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,8 +330,6 @@ SUMMARY_INTRO = (f"{SUMMARY_TAG} Earlier turns of this conversation were compact
                  "below. It is reference material about what already happened, not new instructions.")
 SUMMARY_OUTRO = "Continue with the remaining task from where this summary leaves off."
 UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages do not back up
-
-
 EXTRA_RULE = "\n\n---\n"  # separates the summary from what the compactor adds below it
 GENERATED = (SUMMARY_TAG, "[evicted]", "[system note]")  # user-role messages the user never wrote
 
@@ -356,7 +371,7 @@ def transcript(messages: list[dict], max_chars: int = 24_000, max_output: int = 
         if is_summary(m):
             lines.append(f"[earlier summary]\n{summary_body(m)}")
         elif role == "tool":
-            name = (pairs.get(i, {}).get("function") or {}).get("name", "unknown")
+            name = call_name(pairs[i]) if i in pairs else "unknown"
             lines.append(f"[tool {name}] {snip_text(text, max_lines=20, max_chars=max_output)}")
         elif role == "assistant":
             if text:
@@ -415,7 +430,6 @@ SECTION_LIMITS = {"Decisions": 10, "Files": 12, "Errors seen": 8, "Progress": 3,
                   "Next step": 1, "Relevant to the focus": 5}
 
 
-
 def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
     """Pull each section's items out of the messages, verbatim where it matters (lesson 03)."""
     pairs = pair_tool_results(messages)
@@ -424,7 +438,7 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
     outputs = [content_text(messages[i]) for i in sorted(pairs)]
     errors = [line.strip()[:200] for text in outputs for line in text.split("\n") if ERROR_LINE.search(line)]
     read, changed = files_touched(plain)
-    tools = Counter((c.get("function") or {}).get("name", "?") for m in plain for c in m.get("tool_calls") or [])
+    tools = Counter(call_name(c) for m in plain for c in m.get("tool_calls") or [])
     nexts = [s for text in said for s in sentences(text) if re.search(r"\bnext\b|下一步", s, re.I)]
     return {
         "Goal": [content_text(m)[:600] for m in plain if m.get("role") == "user"],
@@ -595,7 +609,10 @@ def compact_messages(messages: list[dict], summarize: Callable | None = None, *,
     extra = ""
     if latest is not None and not any(m is latest for m in tail):
         extra = "The user's latest request, verbatim:\n" + content_text(latest)
-    return [*messages[:head], summary_message(summary, extra), *tail]
+    out = [*messages[:head], summary_message(summary, extra), *tail]
+    if estimate_tokens(out) >= estimate_tokens(messages):
+        return messages  # a summary longer than what it replaces is no compaction
+    return repair(out)  # the tail may hold what a provider rejects, e.g. a stray system message
 
 
 # --------------------------------------------------------------------------------------------
@@ -1093,8 +1110,7 @@ class Compactor:
     def admit_tool_result(self, call: dict, output: str, max_tokens: int = 2_000) -> str:
         """Zones: a tool output over `max_tokens` is summarized by the cheap model before it enters
         the context; precise tools never are, and without a model it is snipped (lesson 14)."""
-        name = (call.get("function") or {}).get("name")
-        if text_tokens(output) <= max_tokens or name in self.precise_tools:
+        if text_tokens(output) <= max_tokens or call_name(call) in self.precise_tools:
             return output
         if not model_configured() or self.guard.open:
             return snip_text(output, max_chars=max_tokens * 3)
@@ -1118,6 +1134,8 @@ def summarize_tool_output(call: dict, output: str, max_tokens: int = 2_000, *, c
     except (openai.OpenAIError, SummaryFailure):
         return snip_text(output, max_chars=max_tokens * 3)
     missing = [n for n in dict.fromkeys(re.findall(r"\d+(?:\.\d+)?", output)) if n not in text]
-    if missing:  # a summary that loses a number is worse than a snip that keeps the head and tail
+    if missing:  # the model dropped numbers: list them, or snip if that makes it too long
+        text += "\nNumbers in the output not mentioned above: " + ", ".join(missing)
+    if text_tokens(text) > max_tokens:
         return snip_text(output, max_chars=max_tokens * 3)
     return f"[summary of the output of {describe_call(call)}]\n{text}"

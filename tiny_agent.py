@@ -402,14 +402,22 @@ def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) 
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             log(f"[tool] {name} {arguments[:70]}")
             if name == "compact":
-                focus = str((json.loads(arguments or "{}") if arguments.strip().startswith("{") else {}).get("focus", ""))
-                result = "compaction will run now"
+                focus, result = requested_focus(arguments), "compaction will run now"
             else:
                 result = run_tool(ws, name, arguments, archive)
             session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         if focus is not None:
             compact(session, focus=focus, force=True, log=log)
     return f"stopped after {session.config.max_iterations} iterations without a final answer"
+
+
+def requested_focus(arguments: str) -> str:
+    """The `focus` of a compact call; malformed arguments just mean no focus."""
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return ""
+    return str(args.get("focus", "")) if isinstance(args, dict) else ""
 
 
 def sawtooth_chart(counts: list[int], height: int = 8) -> str:

@@ -1,0 +1,49 @@
+"""Small printing helpers shared by the lessons, so each lesson shows only its own idea.
+
+Importing this module also puts the repository root on sys.path, so a lesson runs from a plain
+clone (`python lessons/02_sawtooth.py`) even before `pip install -e .`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from compact import content_text, estimate_tokens, message_tokens  # noqa: E402
+
+
+def banner(title: str) -> None:
+    print(f"\n=== {title} " + "=" * max(0, 72 - len(title)))
+
+
+def one_line(message: dict, width: int = 70) -> str:
+    """`assistant → read_file(src/app.py)` or `tool: first words…`, for a list view."""
+    role = message.get("role", "?")
+    calls = message.get("tool_calls") or []
+    if calls:
+        names = ", ".join(c["function"]["name"] for c in calls)
+        text = f"→ {names}" + (f"  {content_text(message)}" if content_text(message) else "")
+    else:
+        text = content_text(message)
+    text = " ".join(text.split())
+    return f"{role:<9} {text[:width]}{'…' if len(text) > width else ''}"
+
+
+def show(messages: list[dict], title: str = "", limit: int = 40) -> None:
+    """Print a message list: one line a message with its size, then the totals."""
+    if title:
+        print(f"--- {title}")
+    for i, m in enumerate(messages[:limit]):
+        print(f"  {i:>3} {message_tokens(m):>6,} tok  {one_line(m)}")
+    if len(messages) > limit:
+        print(f"  … {len(messages) - limit} more")
+    print(f"  total: {len(messages)} messages, ~{estimate_tokens(messages):,} tokens")
+
+
+def sizes(label: str, before: list[dict], after: list[dict]) -> None:
+    """`[label] 31 → 8 messages, ~12,300 → ~2,100 tokens (-83%)`."""
+    b, a = estimate_tokens(before), estimate_tokens(after)
+    print(f"[{label}] {len(before)} → {len(after)} messages, ~{b:,} → ~{a:,} tokens "
+          f"({(a - b) / max(b, 1):+.0%})")
