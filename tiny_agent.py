@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -139,16 +139,20 @@ def read_file(ws: Workspace, path: str) -> str:
 
 def write_file(ws: Workspace, path: str, content: str) -> str:
     target = ws.path(path)
+    data = content.encode("utf-8")  # fails here, on a lone surrogate, before the file is touched
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
+    target.write_bytes(data)
     return f"wrote {len(content):,} chars to {path}"
 
 
 def edit_file(ws: Workspace, path: str, old: str, new: str) -> str:
-    text = read_file(ws, path)
+    target = ws.path(path)
+    if not target.is_file():
+        raise ToolError(f"no file at {path}")
+    text = target.read_text(encoding="utf-8")  # the whole file, strictly: never read_file's capped view
     if text.count(old) != 1:
         raise ToolError(f"`old` must occur exactly once in {path}; it occurs {text.count(old)} times")
-    ws.path(path).write_text(text.replace(old, new), encoding="utf-8")
+    target.write_bytes(text.replace(old, new).encode("utf-8"))
     return f"edited {path}"
 
 
@@ -189,7 +193,7 @@ def run_tool(ws: Workspace, name: str, arguments: str, archive=None) -> str:
         return TOOLS[name](ws, **args)
     except json.JSONDecodeError as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
-    except (ToolError, OSError) as error:
+    except (ToolError, OSError, ValueError) as error:  # ValueError: a NUL byte, bad UTF-8, a surrogate
         return f"error: {error}"
 
 
@@ -276,7 +280,7 @@ class DemoModel:
         if self.stage == "list":
             self.stage = "read"
             return self.call("I will list the Python sources first.",
-                             ("list", "", "bash", {"command": "find . -name '*.py' -not -path '*/.*' | sort"}))
+                             ("list", "", "bash", {"command": "find . -name '*.py' | sort"}))
         if self.stage == "read" and self.queue:
             path = self.queue.pop(0)
             return self.call(f"Reading {path} ({len(self.notes)} files surveyed so far).",
@@ -520,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo or not model_configured():
             if args.task:
                 print("[demo] no model is configured, so the task is not run; see README: plug in a model")
-            run_demo(replace_window(config, 24_000))
+            run_demo(replace(config, context_window=24_000, max_iterations=args.max_iterations or 100))
             return 0
         model = openai_model(make_client(), config.model)
         ws = Workspace(Path(args.workspace), approve=(lambda _: True) if args.yes else ask_on_terminal)
@@ -550,11 +554,6 @@ def main(argv: list[str] | None = None) -> int:
 def make_client():
     from compact import make_client as client_from_env
     return client_from_env(timeout=120.0)
-
-
-def replace_window(config: Config, window: int) -> Config:
-    from dataclasses import replace
-    return replace(config, context_window=window)
 
 
 def fail(message: str) -> int:

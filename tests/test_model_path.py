@@ -1,0 +1,298 @@
+"""The model path, end to end: the real `openai` client talking HTTP to a scripted
+OpenAI-compatible server on 127.0.0.1 (conftest.fake_openai), for the summary and for the loop."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import openai
+import pytest
+
+import compact
+import tiny_agent
+from compact import compact_messages, find_problems, is_summary, summarize_offline, summarize_with_model
+from conftest import chat_response
+from tiny_agent import Config, Workspace, new_session, openai_model
+
+SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}
+MODEL_SUMMARY = "## Goal\n- write the notes\n## Progress\n- MODEL-SUMMARY: several notes are written"
+OVERFLOW = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
+                                 "messages resulted in 9000 tokens.", "type": "invalid_request_error",
+                      "param": "messages", "code": "context_length_exceeded"}}
+
+
+def call(call_id: str, name: str, **args) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def work(steps: int) -> list[dict]:
+    """System, a task, then `steps` read_file calls with their (longish) results."""
+    messages = [SYSTEM, {"role": "user", "content": "Read the notes and tell me what they say."}]
+    for i in range(steps):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call(f"c{i}", "read_file", path=f"notes/{i}.txt")]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": f"note {i}: " + "lorem ipsum dolor " * 30}]
+    return messages
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def summaries(body: dict) -> tuple[int, dict]:
+    return 200, chat_response(MODEL_SUMMARY)
+
+
+# ---- the summary request -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, model", [(None, "gpt-4o-mini"), ("cheap-summarizer", "cheap-summarizer")])
+def test_the_summary_request_has_no_tools_a_low_temperature_and_the_summary_model(
+        fake_openai, monkeypatch, env, model):
+    server = fake_openai(summaries)
+    if env:
+        monkeypatch.setenv("SUMMARY_MODEL", env)
+    out = compact_messages(work(20))  # summarize=None: a model is configured, so the model summarizes
+    [body] = server.requests
+    assert "tools" not in body and body["temperature"] == 0.1 and body["model"] == model
+    assert "MODEL-SUMMARY" in out[1]["content"]
+
+
+def summary_prompt(fake_openai, messages: list[dict]) -> str:
+    """Summarize through the fake server and return the one user message the summarizer got."""
+    server = fake_openai(summaries)
+    summarize_with_model(messages)
+    [body] = server.requests
+    system, user = body["messages"]
+    assert system["role"] == "system" and user["role"] == "user"
+    return user["content"]
+
+
+def test_the_summarizer_reads_a_tagged_transcript_not_chat_roles(fake_openai):
+    text = summary_prompt(fake_openai, work(2)[1:])
+    assert "[user] Read the notes and tell me what they say." in text
+    assert "[assistant → read_file(notes/0.txt)]" in text
+    assert "[tool read_file] note 0: lorem ipsum" in text
+
+
+def test_a_long_tool_output_reaches_the_summarizer_as_head_and_tail(fake_openai):
+    output = "\n".join(f"log line {i:04d}" for i in range(500))
+    messages = [{"role": "user", "content": "Run the build."},
+                {"role": "assistant", "content": None, "tool_calls": [call("b", "bash", command="make")]},
+                {"role": "tool", "tool_call_id": "b", "content": output}]
+    text = summary_prompt(fake_openai, messages)
+    assert "log line 0000" in text and "log line 0499" in text and "log line 0250" not in text
+
+
+def test_an_over_budget_transcript_drops_its_oldest_turns(fake_openai):
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"TURN-{i:03d} " + "words " * 200}
+                for i in range(60)]
+    text = summary_prompt(fake_openai, messages)
+    assert "TURN-059" in text and "TURN-000" not in text
+    assert len(text) < 30_000
+
+
+# ---- summarize=None: the model when configured, the offline summarizer otherwise ---------------
+
+
+def server_error(fake_openai, monkeypatch):
+    fake_openai(lambda body: (500, {"error": {"message": "internal error", "type": "server_error"}}))
+
+
+def unreachable(fake_openai, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
+
+@pytest.mark.parametrize("failure", [server_error, unreachable])
+def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_openai, monkeypatch, failure):
+    messages = work(20)
+    offline = compact_messages(messages, summarize_offline)
+    failure(fake_openai, monkeypatch)
+    assert compact_messages(messages) == offline
+
+
+# ---- the loop against the server ---------------------------------------------------------------
+
+
+def reply_with(calls: list[tuple[str, str, dict | str]]) -> dict:
+    """A response carrying these tool calls; arguments given as a str are sent raw (bad JSON)."""
+    body = chat_response("Working on it.", [(cid, name, a if isinstance(a, dict) else {}) for cid, name, a in calls])
+    for sent, (_, _, a) in zip(body["choices"][0]["message"]["tool_calls"], calls):
+        if isinstance(a, str):
+            sent["function"]["arguments"] = a
+    return body
+
+
+def script(iterations: int) -> list[dict]:
+    """What the fake model answers, one entry per loop request: tool calls, then a final answer."""
+    replies = []
+    for i in range(iterations):
+        if i == 5:
+            calls = [(f"w{i}", "write_file", {"path": "notes/pair-a.txt", "content": "A"}),
+                     (f"r{i}", "read_file", {"path": "notes/0.txt"})]
+        elif i == 9:
+            calls = [(f"bad{i}", "read_file", '{"path": "notes/1.txt"')]
+        elif i == 13:
+            calls = [(f"unknown{i}", "deploy_to_prod", {"target": "everything"})]
+        elif i % 3 == 0:
+            calls = [(f"w{i}", "write_file", {"path": f"notes/{i}.txt", "content": f"note {i}\n" + "text " * 80})]
+        elif i % 3 == 1:
+            calls = [(f"r{i}", "read_file", {"path": f"notes/{i - 1}.txt"})]
+        else:
+            calls = [(f"b{i}", "bash", {"command": "ls notes | wc -l"})]
+        replies.append(reply_with(calls))
+    return replies + [chat_response("All notes are written.")]
+
+
+class ScriptedServer:
+    """The loop's requests (they carry tools) get the next scripted reply; `refuse` lists which of
+    them are answered with a context-length error first; summary requests get MODEL_SUMMARY."""
+
+    def __init__(self, fake_openai, replies: list[dict], refuse: tuple[int, ...] = ()):
+        self.replies, self.refuse = list(replies), set(refuse)
+        self.loop: list[dict] = []
+        self.summaries: list[dict] = []
+        self.server = fake_openai(self.answer)
+
+    def answer(self, body: dict) -> tuple[int, dict]:
+        if "tools" not in body:
+            self.summaries.append(body)
+            return summaries(body)
+        self.loop.append(body)
+        if len(self.loop) - 1 in self.refuse:
+            return 400, OVERFLOW
+        return 200, self.replies.pop(0)
+
+
+def run_loop(fake_openai, tmp_path, replies, config=Config(), refuse=()):
+    fake = ScriptedServer(fake_openai, replies, refuse)
+    session, log = new_session(config), []
+    model = openai_model(compact.make_client(), "test-model")
+    answer = tiny_agent.run(session, "Write the notes.", model, Workspace(tmp_path), log=log.append)
+    return fake, session, answer, log
+
+
+def tool_result(fake: ScriptedServer, call_id: str) -> str:
+    """The result the loop sent back for one call, found in the requests that followed it."""
+    return next(m["content"] for body in fake.loop for m in body["messages"] if m.get("tool_call_id") == call_id)
+
+
+@pytest.fixture
+def long_run(fake_openai, tmp_path):
+    return run_loop(fake_openai, tmp_path, script(25), Config(threshold=16, keep_recent=6))
+
+
+def test_the_loop_rises_and_falls_like_a_sawtooth(long_run):
+    fake, session, answer, _ = long_run
+    counts = session.counts
+    assert answer == "All notes are written." and len(counts) == 26
+    drops = sum(after < before for before, after in zip(counts, counts[1:]))
+    assert session.compactions >= 3 and drops == session.compactions
+    assert max(counts) <= 16
+    assert len(fake.summaries) == session.compactions
+
+
+def test_every_request_of_the_loop_is_valid_and_starts_with_the_system_prompt(long_run):
+    fake, _, _, _ = long_run
+    assert len(fake.loop) == 26
+    for body in fake.loop:
+        assert body["messages"][0] == SYSTEM
+        assert find_problems(body["messages"]) == []
+    assert any(is_summary(m) for m in fake.loop[-1]["messages"])
+
+
+def test_each_summary_after_the_first_updates_the_previous_one(long_run):
+    prompts = [body["messages"][1]["content"] for body in long_run[0].summaries]
+    assert "<previous_summary>" not in prompts[0]
+    assert all("<previous_summary>" in p and "MODEL-SUMMARY" in p for p in prompts[1:])
+
+
+def test_the_loop_really_runs_the_calls_including_a_parallel_pair(long_run, tmp_path):
+    fake = long_run[0]
+    written = {f"{i}.txt" for i in (0, 3, 6, 12, 15, 18, 21, 24)}  # 9 was the call with bad JSON
+    assert {p.name for p in (tmp_path / "notes").iterdir()} == written | {"pair-a.txt"}
+    assert (tmp_path / "notes" / "24.txt").read_text().startswith("note 24\n")
+    assert tool_result(fake, "w5") == "wrote 1 chars to notes/pair-a.txt"
+    assert tool_result(fake, "r5").startswith("note 0\ntext")
+
+
+def test_bad_json_and_an_unknown_tool_become_error_results_and_the_loop_goes_on(long_run):
+    fake, _, answer, _ = long_run
+    assert tool_result(fake, "bad9").startswith("error: arguments are not valid JSON")
+    assert tool_result(fake, "unknown13").startswith("error: unknown tool 'deploy_to_prod'")
+    assert answer == "All notes are written."
+
+
+@pytest.mark.parametrize("arguments, focus", [
+    ('{"focus": "the notes in notes/3.txt"}', "Focus the summary on: the notes in notes/3.txt"),
+    ('{"focus": "the notes', None),  # malformed arguments just mean no focus
+    ('["the notes"]', None),
+])
+def test_the_compact_tool_compacts_at_once_and_the_loop_goes_on(fake_openai, tmp_path, arguments, focus):
+    compact_call = reply_with([("k", "compact", arguments)])
+    fake, session, answer, _ = run_loop(fake_openai, tmp_path, script(8)[:-1] + [compact_call, chat_response("Done.")])
+    assert answer == "Done." and session.compactions == 1
+    assert tool_result(fake, "k") == "compaction will run now"
+    prompt = fake.summaries[0]["messages"][1]["content"]
+    assert (focus in prompt) if focus else ("Focus the summary on" not in prompt)
+    last = fake.loop[-1]["messages"]
+    assert any(is_summary(m) for m in last) and find_problems(last) == []
+
+
+def test_a_context_length_refusal_compacts_and_retries_once(fake_openai, tmp_path):
+    fake, session, answer, log = run_loop(fake_openai, tmp_path, script(10), refuse=(8,))
+    assert answer == "All notes are written."
+    refused, retried = fake.loop[8], fake.loop[9]
+    assert len(retried["messages"]) < len(refused["messages"]) and session.compactions == 1
+    assert retried["messages"][0] == SYSTEM and find_problems(retried["messages"]) == []
+    assert any("refused the request as too long" in line for line in log)
+
+
+def test_a_second_refusal_in_a_row_is_raised(fake_openai, tmp_path):
+    with pytest.raises(openai.BadRequestError):
+        run_loop(fake_openai, tmp_path, script(10), refuse=(8, 9))
+
+
+# ---- the command line: a problem is one line, not a traceback ------------------------------------
+
+
+def closed_server(tmp_path, monkeypatch, fake_openai):
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+
+
+def missing_model(tmp_path, monkeypatch, fake_openai):
+    fake_openai(lambda body: (404, {"error": {"message": "The model `gpt-4o-mini` does not exist",
+                                              "type": "invalid_request_error", "code": "model_not_found"}}))
+
+
+def malformed_env(tmp_path, monkeypatch, fake_openai):
+    (tmp_path / ".env").write_text("OPENAI_API_KEY sk-missing-its-equals-sign\n")
+
+
+def bad_window(tmp_path, monkeypatch, fake_openai):
+    monkeypatch.setenv("CONTEXT_WINDOW", "abc")
+
+
+def ftp_url(tmp_path, monkeypatch, fake_openai):
+    monkeypatch.setenv("OPENAI_BASE_URL", "ftp://x")
+
+
+@pytest.mark.parametrize("problem, expected", [
+    (closed_server, "cannot reach http://127.0.0.1:"),
+    (missing_model, "no model 'gpt-4o-mini'"),
+    (malformed_env, ".env:1: cannot read"),
+    (bad_window, "CONTEXT_WINDOW='abc'"),
+    (ftp_url, "must start with http:// or https://"),
+])
+def test_main_reports_a_problem_in_one_line(tmp_path, monkeypatch, fake_openai, capsys, problem, expected):
+    problem(tmp_path, monkeypatch, fake_openai)
+    code = tiny_agent.main(["Write hello.txt.", "--workspace", str(tmp_path)])
+    out, err = capsys.readouterr()
+    lines = (out + err).strip().splitlines()
+    assert code != 0
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+    assert "Traceback" not in out + err
