@@ -213,7 +213,9 @@ def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
     return out
 
 
-ERROR_LINE = re.compile(r"Traceback|Error|Exception|FAILED|FAIL:|error:|fatal:|panic|assert", re.I)
+# Case matters: "ValueError" and "FAILED" are errors, a file named test_errors.py is not.
+ERROR_LINE = re.compile(r"Traceback|\w*(?:Error|Exception)\b|\bFAILED\b|\bFAIL\b|\b[Ee]rror:|\bERROR\b"
+                        r"|\bfatal:|\bpanic:|\bassert ")
 
 
 def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000) -> str:
@@ -222,7 +224,8 @@ def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000) -> str:
     if len(lines) > max_lines:
         head, tail = lines[: max_lines // 2], lines[-(max_lines // 2):]
         middle = lines[max_lines // 2: -(max_lines // 2)]
-        errors = [line[:300] for line in middle if ERROR_LINE.search(line)][-20:]
+        errors = [line[:300] for line in middle if ERROR_LINE.search(line)]
+        errors = errors if len(errors) <= 20 else errors[:5] + errors[-15:]  # the first error and the last
         marker = f"[… {len(middle) - len(errors):,} lines cut …]"
         text = "\n".join([*head, marker, *errors, *tail])
     if len(text) > max_chars:  # a few enormous lines: cut by characters instead

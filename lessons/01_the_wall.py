@@ -1,0 +1,96 @@
+"""Lesson 01 · The wall
+Motto: an agent's messages only grow, and the window does not.
+
+The problem: every iteration of the agent loop appends the model's reply and one result per tool
+call, then sends the WHOLE list again. Nothing ever leaves. Sooner or later the request is longer
+than the model's context window and the server refuses it with HTTP 400.
+
+How it works: the real loop (tiny_agent.run) with strategy "none", the offline DemoModel and real
+tools on a temporary folder of small Python files:
+
+    iteration 1:  [system, task]                              ─► model
+    iteration 2:  [system, task, call, result]                ─► model
+    iteration 3:  [system, task, call, result, call, r, r]    ─► model   ... until 400
+
+Every request re-sends all earlier ones, so if each iteration adds about k tokens, request n
+holds about n·k tokens, and the n requests together cost k·n²/2: quadratic in the iterations.
+
+What changed: nothing yet. This is the starting point, the loop with no compaction at all.
+Try it: raise WINDOW to 12_000 and the loop finishes; add names to FILES and it hits the wall again.
+Explains tiny_agent.py: run, DemoModel, ContextLengthExceeded, is_context_overflow ("the loop").
+Run: python lessons/01_the_wall.py
+"""
+
+import json
+import tempfile
+import textwrap
+from pathlib import Path
+
+import show
+from compact import estimate_tokens
+from tiny_agent import (DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Workspace,
+                        is_context_overflow, new_session, run)
+
+WINDOW = 4_000  # tokens the demo model accepts, like a (very small) real model
+FILES = ["cart", "orders", "users", "billing", "search", "mailer", "reports", "auth", "stock", "coupons"]
+
+
+def make_project(folder: Path) -> None:
+    """A few small Python modules for the agent to survey."""
+    for name in FILES:
+        functions = "\n\n".join(
+            f"def {verb}_{name}(item, limit=10):\n    \"\"\"{verb.title()} one {name} entry.\"\"\"\n"
+            f"    # TODO: handle a missing {name}\n    return [item] * min(limit, {i + 3})\n"
+            for i, verb in enumerate(["load", "save", "check", "render", "delete", "export", "merge"]))
+        (folder / f"{name}.py").write_text(f'"""The {name} module of a small shop."""\n\n{functions}')
+
+
+def recording(model, sent: list[int]):
+    """Wrap the model so we see each request's size before the model gets it."""
+    def call(messages, tools):
+        sent.append(estimate_tokens(messages))
+        print(f"[send] iteration {len(sent):>2}: {len(messages):>3} messages, ~{sent[-1]:>6,} tokens"
+              f"   (all requests so far: ~{sum(sent):>7,})")
+        return model(messages, tools)
+    return call
+
+
+def main() -> None:
+    show.banner(f"The loop with no compaction, a model whose window is {WINDOW:,} tokens")
+    sent: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="lesson01-") as folder:
+        make_project(Path(folder))
+        session, model, error = new_session(Config(strategy="none")), DemoModel(window=WINDOW), None
+        try:
+            run(session, DEMO_TASK, recording(model, sent), Workspace(Path(folder)), log=lambda line: None)
+            print("[answer] the loop finished before it hit the wall: lower WINDOW to see it")
+        except ContextLengthExceeded as caught:
+            error = caught
+
+    if error is not None:
+        show.banner("The server refuses the request")
+        print(f"[error] {error}")
+        print(f"[error] is_context_overflow(error) = {is_context_overflow(error)}: lesson 02's loop would "
+              "compact and retry; strategy none gives up")
+        print("[error] an OpenAI server sends this body with HTTP 400:")
+        body = {"error": {"message": f"This model's maximum context length is {WINDOW} tokens. However, "
+                                     f"your messages resulted in {sent[-1]} tokens. Please reduce the "
+                                     "length of the messages.",
+                          "type": "invalid_request_error", "param": "messages",
+                          "code": "context_length_exceeded"}}
+        print(textwrap.indent(json.dumps(body, indent=2), "        "))
+
+    show.banner("Why the bill grows quadratically")
+    n, k = len(sent), (sent[-1] - sent[0]) / max(1, len(sent) - 1)
+    print("[growth] every request re-sends all the earlier messages: old tokens are paid for again and again")
+    print(f"[growth] each iteration added ~{k:,.0f} tokens; the last request held ~{sent[-1]:,}")
+    print(f"[growth] {n} requests sent ~{sum(sent):,} tokens in all; n·(first request) + k·n(n−1)/2 "
+          f"≈ {k * n * (n - 1) / 2 + n * sent[0]:,.0f}")
+    print(f"[growth] twice the iterations would cost about four times as much: ~{4 * sum(sent):,} tokens")
+    wall = f"refused at ~{sent[-1]:,} tokens > window {WINDOW:,}" if error else "no wall hit"
+    print(f"[lesson 01] done: {len(session.messages)} messages, {wall}; "
+          f"{n} requests cost ~{sum(sent):,} tokens")
+
+
+if __name__ == "__main__":
+    main()
