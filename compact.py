@@ -196,8 +196,9 @@ def _newest_batch(messages: list[dict]) -> set[int]:
 
 
 def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
-    """Replace old tool results with a one-line placeholder that says how to get them back.
-    The last `keep_last` results and the unseen newest batch stay whole (lesson 05)."""
+    """Replace old tool results with a one-line placeholder that says how to get them back, followed
+    by the output's first and last error lines. The last `keep_last` results and the unseen newest
+    batch stay whole (lesson 05)."""
     pairs = pair_tool_results(messages)
     results = sorted(pairs)
     protected = set(results[-keep_last:] if keep_last else []) | _newest_batch(messages)
@@ -206,16 +207,25 @@ def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
         call, text = pairs[i], content_text(messages[i])
         if i in protected or call_name(call) in precise_tools or text.startswith("[pruned]"):
             continue
-        note = (f"[pruned] {describe_call(call)}: {len(text):,} chars, "
-                f"{text.count(chr(10)) + 1:,} lines; re-run the call to see it again")
+        paths = ", ".join(list(dict.fromkeys(PATH.findall(text)))[:5])
+        note = "\n".join([f"[pruned] {describe_call(call)}: {len(text):,} chars, {text.count(chr(10)) + 1:,} "
+                          f"lines; re-run the call to see it again" + (f" (names {paths})" if paths else ""),
+                          *error_lines(text)])  # the errors stay visible, one a line
         if len(note) < len(text):
             out[i] = _with_content(messages[i], note)
     return out
 
 
-# Case matters: "ValueError" and "FAILED" are errors, a file named test_errors.py is not.
-ERROR_LINE = re.compile(r"Traceback|\w*(?:Error|Exception)\b|\bFAILED\b|\bFAIL\b|\b[Ee]rror:|\bERROR\b"
-                        r"|\bfatal:|\bpanic:|\bassert ")
+# A line that reports an error, not code that mentions one: "KeyError: 'x'", "FAILED …", pytest's
+# "E   assert …"; `raise KeyError(...)` or a file named test_errors.py does not match.
+ERROR_LINE = re.compile(r"^\s*(?:E\s{2,}|Traceback\b|[\w.]*(?:Error|Exception)\b|FAILED\b|FAIL\b|ERROR\b"
+                        r"|fatal:|error:|panic:)")
+
+
+def error_lines(text: str, first: int = 1, last: int = 2) -> list[str]:
+    """The first and the last distinct error lines of an output."""
+    found = list(dict.fromkeys(line.strip()[:200] for line in text.split("\n") if ERROR_LINE.search(line)))
+    return found if len(found) <= first + last else found[:first] + found[-last:]
 
 
 def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000) -> str:
@@ -225,12 +235,13 @@ def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000) -> str:
         head, tail = lines[: max_lines // 2], lines[-(max_lines // 2):]
         middle = lines[max_lines // 2: -(max_lines // 2)]
         errors = [line[:300] for line in middle if ERROR_LINE.search(line)]
-        errors = errors if len(errors) <= 20 else errors[:5] + errors[-15:]  # the first error and the last
+        errors = errors if len(errors) <= 20 else errors[:5] + errors[-15:]  # the first errors and the last
         marker = f"[… {len(middle) - len(errors):,} lines cut …]"
         text = "\n".join([*head, marker, *errors, *tail])
-    if len(text) > max_chars:  # a few enormous lines: cut by characters instead
-        half = max_chars // 2
-        text = f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut …]\n{text[-half:]}"
+    if len(text) > max_chars:  # a few enormous lines: cut by characters, keeping the error lines
+        errors = "".join(line[:300] + "\n" for line in text.split("\n") if ERROR_LINE.search(line))[-2_000:]
+        half = max(0, (max_chars - len(errors)) // 2)
+        text = f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut …]\n{errors}{text[len(text) - half:]}"
     return text
 
 
@@ -389,13 +400,14 @@ def transcript(messages: list[dict], max_chars: int = 24_000, max_output: int = 
 
 # Sentences a user writes to limit what the agent may do, in English and Chinese.
 CONSTRAINT = re.compile(
-    r"\b(do not|don't|never|always|must|only|make sure|avoid|without|answer in|reply in|respond in)\b"
+    r"\b(do not|don't|never|always|must|only|make sure|avoid|without|unchanged|prefer|answer in|reply in"
+    r"|respond in)\b"
     r"|不要|别|必须|务必|只能|禁止|一定要|请用|不许|不准", re.I)
 DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
                       r"instead of|the fix is|root cause)\b|决定|因为|改用", re.I)
 PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
                   r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
+_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[\w/]))+[.!?。！？]?")  # "deploy.sh" stays one word
 WRITE_TOOLS = ("write_file", "edit_file")
 
 
@@ -427,9 +439,9 @@ def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
     return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
 
 
-SECTIONS = ("Goal", "User constraints (verbatim)", "Decisions", "Files", "Errors seen",
+SECTIONS = ("Goal", "User constraints (verbatim)", "Decisions", "Files changed", "Files", "Errors seen",
             "Tools run", "Progress", "Next step", "Relevant to the focus")
-SECTION_LIMITS = {"Decisions": 10, "Files": 12, "Errors seen": 8, "Progress": 3,
+SECTION_LIMITS = {"Goal": 8, "Decisions": 10, "Files changed": 30, "Files": 12, "Errors seen": 40, "Progress": 3,
                   "Next step": 1, "Relevant to the focus": 5}
 
 
@@ -440,6 +452,7 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
     said = [content_text(m) for m in plain if m.get("role") == "assistant" and content_text(m)]
     outputs = [content_text(messages[i]) for i in sorted(pairs)]
     errors = [line.strip()[:200] for text in outputs for line in text.split("\n") if ERROR_LINE.search(line)]
+    seen = [p for text in outputs for p in PATH.findall(text)]
     read, changed = files_touched(plain)
     tools = Counter(call_name(c) for m in plain for c in m.get("tool_calls") or [])
     nexts = [s for text in said for s in sentences(text) if re.search(r"\bnext\b|下一步", s, re.I)]
@@ -447,8 +460,10 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
         "Goal": [content_text(m)[:600] for m in plain if m.get("role") == "user"],
         "User constraints (verbatim)": find_constraints(plain),
         "Decisions": [s[:300] for text in said for s in sentences(text) if DECISION.search(s)],
-        "Files": [f"{p} (changed)" for p in changed] + [f"{p} (read)" for p in read if p not in changed],
-        "Errors seen": list(dict.fromkeys(errors)),
+        "Files changed": changed,
+        "Files": [f"{p} (read)" for p in read if p not in changed]
+                 + [f"{p} (in output)" for p in dict.fromkeys(seen) if p not in read + changed],
+        "Errors seen": list({error_kind(e): e for e in errors}.values()),
         "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
         "Progress": [text[:300] for text in said],
         "Next step": nexts[-1:],
@@ -486,6 +501,12 @@ def _merge_tool_counts(old: list[str], new: list[str]) -> list[str]:
     return [", ".join(f"{name} ×{n}" for name, n in sorted(counts.items()))] if counts else []
 
 
+def error_kind(line: str) -> str:
+    """An error line with its numbers blanked: one line per kind of error is kept, so a failure
+    repeated fifty times (at another line number each time) does not push a rare one out."""
+    return re.sub(r"\d+", "#", line)
+
+
 def summarize_offline(messages: list[dict], focus: str | None = None) -> str:
     """Extractive summary, no model: deterministic, cheap, and the fallback whenever the model is
     missing or fails. An earlier summary in `messages` is updated, not summarized again (lesson 03)."""
@@ -505,8 +526,10 @@ def summarize_offline(messages: list[dict], focus: str | None = None) -> str:
     blocks = []
     for title in SECTIONS:
         items = merged.get(title, [])
-        if title == "Goal" and len(items) > 4:
-            items = items[:1] + items[-3:]  # the original task, and the latest requests
+        if title == "Errors seen":
+            items = list({error_kind(e): e for e in items}.values())
+        if title in ("Goal", "Errors seen") and len(items) > SECTION_LIMITS[title]:
+            items = items[:4] + items[4 - SECTION_LIMITS[title]:]  # the first (the task, the root cause) and the latest
         elif title in SECTION_LIMITS:
             items = items[-SECTION_LIMITS[title]:]  # newest last, so keep the tail
         if items:
@@ -798,10 +821,13 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
 
 
 def _eviction_note(gone: list[dict]) -> dict:
+    """One line for what was evicted, then its first and last error lines, as masking keeps them."""
     calls = [describe_call(c, 40) for m in gone for c in m.get("tool_calls") or []]
     what = ", ".join(calls[:4]) + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
-    return {"role": "user", "content": f"[evicted] {len(gone)} messages{': ' + what if what else ''}; "
-                                       "the archive holds them (use the recall tool)"}
+    errors = error_lines("\n".join(content_text(m) for m in gone if m.get("role") == "tool"))
+    line = (f"[evicted] {len(gone)} messages{': ' + what if what else ''}; "
+            "the archive holds them (use the recall tool)")
+    return {"role": "user", "content": "\n".join([line, *errors])}
 
 
 class SummaryFailure(Exception):
@@ -887,7 +913,8 @@ class SummaryGuard:
                 self.failures, self.skip = 0, self.cooldown
             return summarize_offline(messages, focus)
         self.failures = 0
-        source = transcript(messages, max_chars=10**9)
+        source = "\n".join(content_text(m) + "".join(describe_call(c, 10**6) for c in m.get("tool_calls") or [])
+                           for m in messages)
         return flag_unverified(text, source)
 
     @property

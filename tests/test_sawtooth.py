@@ -195,7 +195,7 @@ WORK = [
     ("Goal", WORK[1]["content"]),
     ("User constraints (verbatim)", "Do not change the public API."),
     ("User constraints (verbatim)", "Always run the tests after an edit."),
-    ("Files", "src/app.py (changed)"),
+    ("Files changed", "src/app.py"),
     ("Errors seen", "ImportError: cannot import name 'Widget' from 'src.widgets'"),
     ("Tools run", "bash ×2, edit_file ×1, read_file ×1"),
     ("Progress", "All tests pass now: the import uses Gadget."),

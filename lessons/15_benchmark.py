@@ -1,0 +1,136 @@
+"""Lesson 15 · Measuring
+Motto: a compactor is judged by what it sends, what it costs, and what it keeps.
+
+The problem: every earlier lesson showed one strategy on one example. Which one should an agent
+use? That takes the same conversations, replayed through every strategy, measured the same way.
+
+How it works: lessons/benchmark.py replays each conversation like the agent loop that wrote it,
+compacting before every assistant message (a model call) and feeding the compacted list back:
+
+    history ──strategy──▶ request ──▶ tokens, cached prefix, find_problems
+       ▲                     │
+       └─────── + next messages
+
+    none · window 20 (system + last 20) · mask 10 (every turn) · sawtooth 30/6 · layered · hybrid · zones
+
+It reports tokens (summarizer calls included) and cost with prompt caching as shares of "none",
+the growth exponent, which planted facts are still in the last request, the compactor's overhead
+next to json.dumps, and the issue's targets as PASS/FAIL lines.
+
+What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once.
+Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
+../shared/trajectories/*.jsonl --limit 20; --json | python -m json.tool; --plot tokens.png.
+Explains compact.py: Compactor, compact_messages, mask_old_tool_results, find_problems (all sections).
+Run: python lessons/15_benchmark.py
+"""
+
+import argparse
+import json
+import os
+import time
+
+START = time.perf_counter()
+
+import show  # noqa: E402  (puts the repository root on sys.path)
+from benchmark import check_targets, pct, run_benchmark, text_chart  # noqa: E402
+
+CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Replay conversations through every compaction strategy.")
+    parser.add_argument("--turns", type=int, nargs="+", default=[50, 100, 250])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--window", type=int, default=32_000, help="context window of the generated runs")
+    parser.add_argument("--trajectories", nargs="*", default=[], help="JSONL files of recorded runs")
+    parser.add_argument("--recorded-window", type=int, default=16_000, help="their (smaller) window")
+    parser.add_argument("--limit", type=int, help="replay only the first N runs of each file")
+    parser.add_argument("--cached-rate", type=float, default=0.1, help="cached input price / input price")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON only")
+    parser.add_argument("--plot", metavar="PNG", help="save a chart of tokens per turn (needs matplotlib)")
+    return parser.parse_args(argv)
+
+
+def table(rows: dict, retention: bool) -> None:
+    print(f"  {'strategy':<14} {'tokens':>7} {'peak':>6} {'growth':>6} {'late':>5} {'cache':>6} "
+          f"{'cost':>6} {'over':>5} {'invalid':>8}")
+    for name, r in rows.items():
+        print(f"  {name:<14} {r['tokens_ratio']:>7.3f} {r['peak_ratio']:>6.3f} {r['growth']:>6.2f} "
+              f"{r['late_growth']:>5.2f} {r['cache_hit']:>6.0%} {r['cost_ratio']:>6.3f} {r['over_window']:>5} "
+              f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4}")
+    if retention:
+        print(f"\n  {'kept at the end':<14} {'recall':>7} {'artifact':>9} {'continue':>9} {'decision':>9} │ "
+              f"{'constraints':>11} {'errors':>7}")
+        for name, r in rows.items():
+            k = r["retention"]
+            print(f"  {name:<14} {pct(k['recall']):>7} {pct(k['artifact']):>9} {pct(k['continuation']):>9} "
+                  f"{pct(k['decision']):>9} │ {pct(k['constraints']):>11} {pct(k['errors']):>7}")
+
+
+def plot(series: dict, window: int, path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('[plot] matplotlib is not installed; to draw the PNG: pip install -e ".[plot]"')
+        return
+    figure, axes = plt.subplots(figsize=(10, 5))
+    for name, values in series.items():
+        axes.plot(range(1, len(values) + 1), values, label=name, linewidth=1)
+    axes.axhline(window, color="gray", linestyle="--", label=f"window {window:,}")
+    axes.set(yscale="log", xlabel="turn (model call)", ylabel="tokens sent")
+    axes.legend()
+    figure.savefig(path, dpi=120)
+    print(f"[plot] saved {path}")
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):  # zones would call a model for big outputs
+        os.environ.pop(name, None)
+    results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
+                            trajectories=args.trajectories, recorded_window=args.recorded_window, limit=args.limit)
+    default_run = all(getattr(args, k) == v for k, v in vars(parse_args([])).items() if k not in ("json", "plot"))
+    targets = check_targets(results, time.perf_counter() - START, default_run)
+    if args.json:
+        results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
+        print(json.dumps(results, indent=1))
+        return
+    print(f"[setup] window {args.window:,} tokens (reserved output {args.window // 4:,}); seeds {args.seeds}; "
+          f"cached input billed at {args.cached_rate:.0%} of the input price")
+    print(f"[setup] summaries by compact.summarize_offline, counted as a model call would bill them: "
+          f"request + answer (answer at {results['output_price']:g}× the input price)")
+    for turns, group in results["generated"].items():
+        show.banner(f"{group['conversations']} generated conversations of {turns} turns, shares of none")
+        table(group["strategies"], retention=True)
+    for path, group in results["recorded"].items():
+        show.banner(f"{group['conversations']} recorded runs of {os.path.basename(path)}, "
+                    f"window {args.recorded_window:,}")
+        table(group["strategies"], retention=False)
+    print("\n  tokens/peak/cost: shares of none (cost: cached prefix at the cached rate); growth: slope of\n"
+          "  log(cumulative tokens) on log(turn), late = second half only; cache: share of input tokens\n"
+          "  cached; over: requests larger than the window; invalid: lists OpenAI/Anthropic would refuse")
+
+    longest = max(results["generated"], key=int)
+    rows = results["generated"][longest]["strategies"]
+    for name in ("mask 10", "layered"):
+        print(f"[cache] {name} sends {rows[name]['tokens_ratio']:.0%} of none's tokens and pays "
+              f"{rows[name]['cost_ratio']:.0%} of its cost: {rows[name]['cache_hit']:.0%} of its input is a cached prefix")
+    show.banner(f"Tokens sent at each turn, {longest} turns, seed {args.seeds[0]}")
+    print(text_chart({name: results["series"][name] for name in CHART}, "".join(CHART.values()), args.window))
+    show.banner("Overhead of layered Compactor.compact, as a multiple of json.dumps(messages)")
+    for row in results["overhead"]:
+        print(f"  {row['messages']:>4} messages {row['tokens']:>8,} tokens   below trigger "
+              f"{row['below_trigger']:>5.2f}×   above it (offline summary) {row['above_trigger']:>5.2f}×")
+    show.banner("Targets")
+    for passed, text in targets:
+        print(f"{'SKIP' if passed is None else 'PASS' if passed else 'FAIL'}  {text}")
+    if args.plot:
+        plot(results["series"], args.window, args.plot)
+    print(f"[lesson 15] done: at {longest} turns the layered ladder sent {rows['layered']['tokens_ratio']:.1%} of "
+          f"the tokens of no compaction; {sum(p is False for p, _ in targets)} of {len(targets)} targets failed")
+
+
+if __name__ == "__main__":
+    main()
