@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from compact import (Compactor, ContextOverflowError, compact_messages, content_text, estimate_tokens,
-                     model_configured, summarize_default)
+                     make_client, model_configured, summarize_default)
 
 HERE = Path(__file__).resolve().parent
 SYSTEM_PROMPT = """You are a careful coding agent working inside a workspace folder. Use the tools \
@@ -120,6 +120,7 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
 
 
 def bash(ws: Workspace, command: str) -> str:
+    """Run a shell command in the workspace, with a timeout and a capped output."""
     if DANGEROUS.search(command) and not ws.approve(command):
         raise ToolError(f"refused a dangerous command: {command} (rerun the agent with --yes to allow it)")
     try:
@@ -146,6 +147,7 @@ def write_file(ws: Workspace, path: str, content: str) -> str:
 
 
 def edit_file(ws: Workspace, path: str, old: str, new: str) -> str:
+    """Replace one exact occurrence, so an ambiguous edit is refused rather than guessed."""
     target = ws.path(path)
     if not target.is_file():
         raise ToolError(f"no file at {path}")
@@ -234,6 +236,7 @@ def assistant_message(message) -> dict:
 
 
 def openai_model(client, model: str) -> Callable[[list[dict], list[dict]], dict]:
+    """A model is any function (messages, tools) -> assistant message; this one asks a server."""
     def call(messages: list[dict], tools: list[dict]) -> dict:
         response = client.chat.completions.create(model=model, messages=messages, tools=tools)
         return assistant_message(response.choices[0].message)
@@ -277,6 +280,7 @@ class DemoModel:
                 self.notes.setdefault(path, {})["purpose"] = purpose_of(text)
 
     def next_step(self) -> dict:
+        """The plan: list the files, survey each one, write the report, read it back, answer."""
         if self.stage == "list":
             self.stage = "read"
             return self.call("I will list the Python sources first.",
@@ -299,6 +303,7 @@ class DemoModel:
                 f"{biggest}. The table is in REPORT.md."}
 
     def call(self, text: str, *steps: tuple[str, str, str, dict]) -> dict:
+        """An assistant message with one tool call per step (several steps: parallel calls)."""
         calls = []
         for purpose, path, name, args in steps:
             self.calls += 1
@@ -502,6 +507,7 @@ def repl(session: Session, model: Callable, ws: Workspace) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; every option falls back to .env and then to the defaults in Config."""
     p = argparse.ArgumentParser(description="A tiny agent whose context is compacted on every iteration.")
     p.add_argument("task", nargs="?", help="one task to run; without it, a REPL (or the demo with no model)")
     p.add_argument("--strategy", choices=STRATEGIES, help="how to compact (default: sawtooth)")
@@ -515,6 +521,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The demo without a model; with one, a task or a REPL. User errors end in one line."""
     args = parse_args(argv)
     import openai
     try:
@@ -526,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("[demo] no model is configured, so the task is not run; see README: plug in a model")
             run_demo(replace(config, context_window=24_000, max_iterations=args.max_iterations or 100))
             return 0
-        model = openai_model(make_client(), config.model)
+        model = openai_model(make_client(timeout=120.0), config.model)
         ws = Workspace(Path(args.workspace), approve=(lambda _: True) if args.yes else ask_on_terminal)
         session = new_session(config, archive_dir=Path(args.workspace) / ".tiny_agent" / "archive")
         if args.task:
@@ -549,11 +556,6 @@ def main(argv: list[str] | None = None) -> int:
         return fail(str(error))
     except KeyboardInterrupt:
         return fail("interrupted")
-
-
-def make_client():
-    from compact import make_client as client_from_env
-    return client_from_env(timeout=120.0)
 
 
 def fail(message: str) -> int:
