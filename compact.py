@@ -257,15 +257,17 @@ def snip_long_outputs(messages, max_tokens=2_000, precise_tools=()):
     return out
 
 
+CLEARED = "[tool cleared]"
+
+
 def clear_tool_results(messages, tools=("cache_get", "cache_set")):
     """Results of intermediate tools become `[tool cleared]` once a later turn exists (lesson 07)."""
     pairs = pair_tool_results(messages)
     last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
     out = list(messages)
     for i, call in pairs.items():
-        if i < last_assistant and call_name(call) in tools:
-            if content_text(messages[i]) != "[tool cleared]":
-                out[i] = _with_content(messages[i], "[tool cleared]")
+        if i < last_assistant and call_name(call) in tools and len(content_text(messages[i])) > len(CLEARED):
+            out[i] = _with_content(messages[i], CLEARED)
     return out
 
 
@@ -766,7 +768,10 @@ class Archive:
         records = self.records()
         if not 0 <= n < len(records):
             return f"no archived message #{n}; the archive holds {len(records)}"
-        return snip_text(json.dumps(records[n]["message"], ensure_ascii=False, indent=1), max_chars=max_chars)
+        m = records[n]["message"]
+        if isinstance(m.get("content"), str):  # snip by lines, which keeps error lines from the cut part
+            m = {**m, "content": snip_text(m["content"], max_chars=max_chars)}
+        return json.dumps(m, ensure_ascii=False, indent=1)
 
 
 def message_groups(messages: list[dict], start: int, end: int) -> list[tuple[int, int]]:
@@ -874,7 +879,8 @@ def flag_unverified(summary: str, source: str) -> str:
     (unverified), and the next update checks or drops it instead of repeating it (lesson 14)."""
     lines = []
     for line in summary.split("\n"):
-        facts = re.findall(r"\d[\d.,:]*\d|\d", line) + PATH.findall(line)
+        checked = re.sub(r"×\d+", "", line)  # "bash ×12" is counted by the summarizer, not quoted
+        facts = re.findall(r"\d[\d.,:]*\d|\d", checked) + PATH.findall(checked)
         missing = [f for f in facts if f not in source]
         if missing and line.startswith("- ") and not line.endswith(UNVERIFIED):
             line += " " + UNVERIFIED
@@ -1104,10 +1110,11 @@ class Compactor:
             turn = [latest, *turn]
         leaving = [m for m in messages[len(system):] if not any(m is t for t in turn)]
         self.archive_messages(leaving)
-        if leaving and not self.state.summary:
+        if leaving:  # leaving holds the current summary message, so this updates it
             self.state.summary = self.guard(leaving, focus=focus)
         self.remember(leaving)
-        turn = shorten_tool_arguments(snip_long_outputs(turn, self._snip_tokens() // 4), keep_last=0)
+        turn = shorten_tool_arguments(snip_long_outputs(turn, self._snip_tokens() // 4, self.precise_tools),
+                                      keep_last=0)
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
         return [*system, self.summary_message(), *ack, *turn]
 
@@ -1120,8 +1127,8 @@ class Compactor:
 
     def _finish(self, original: list[dict], out: list[dict]) -> list[dict]:
         """Archive what changed, repair, check the result fits, and update the state."""
-        if out is original:
-            return original
+        if out is original and self.budget.history(original) <= self.budget.effective(original):
+            return original  # nothing changed and it fits; if it does not fit, the check below raises
         kept = {id(m) for m in out}
         self.archive_messages([m for m in original if id(m) not in kept])
         out = repair(out)

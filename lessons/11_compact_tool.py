@@ -1,0 +1,94 @@
+"""Lesson 11 · The compact tool: the model asks for compaction itself
+Motto: the one who knows what comes next chooses what to keep.
+
+The problem: the compactor only sees token counts. The model knows when a phase of work is over
+("I have read the sources; now the tests") and what the next phase needs. Without a way to say
+so, it waits for the window to fill and gets a summary aimed at nothing in particular.
+
+How it works: `compact` is one more tool in TOOL_SCHEMAS. When the model calls it, the loop
+answers the call, then runs a forced compaction with the model's `focus`:
+
+    model ──► compact {"focus": "..."} ──► loop: result "compaction will run now"
+                                              └─► compact(session, focus=..., force=True)
+                                                    └─► summarizer(what leaves, focus="...")
+
+A forced compaction runs every rung of the ladder. This history is small enough that the tail
+budget covers all of it, so the middle summary has nothing to do, and the last rung rebuilds the
+list: system prompt, a summary written with the model's focus, the task, the latest turn.
+
+The model here is a STAND-IN: a fixed Python script, not a language model. It reads files through
+the real tools, calls `compact` at the end of each of its two phases, then answers. The loop, the
+tools and the compactor are the real code. The summarizer is wrapped to print the focus it gets.
+
+What changed since lesson 10: the focus no longer has to be guessed from the last user message.
+Try it: change FOCUS; delete the second compact step and compare the final summary.
+Explains tiny_agent.py: run (the `compact` branch), TOOL_SCHEMAS; compact.py: Compactor.compact(force=True).
+Run: python lessons/11_compact_tool.py
+"""
+
+import json
+import tempfile
+from pathlib import Path
+
+import show
+import tiny_agent
+from compact import is_summary, parse_summary, summary_body, summarize_offline
+
+FIRST_FOCUS = "which check in src/ can return 401"
+FOCUS = "the failing test in tests/test_auth.py"
+SOURCES = {f"src/module_{i}.py": "".join(f"def check_{i}_{j}(user):\n    return user.level >= {j}\n\n"
+                                         for j in range(40)) for i in range(6)}
+TESTS = {"tests/test_auth.py": "def test_login():\n    assert login('bob').status == 200\n",
+         "pytest.log": "tests/test_auth.py::test_login FAILED\nE   AssertionError: expected 200, got 401"}
+foci_received = []
+
+
+def scripted_model():
+    """The stand-in for a language model: (messages, tools) -> assistant message, from a script."""
+    script = ([("read_file", {"path": p}) for p in SOURCES] + [("compact", {"focus": FIRST_FOCUS})]
+              + [("read_file", {"path": p}) for p in TESTS] + [("compact", {"focus": FOCUS})])
+
+    def model(messages, tools):
+        if not script:
+            return {"role": "assistant", "content": "[stand-in] The 401 comes from the token TTL."}
+        name, args = script.pop(0)
+        note = (f"[stand-in] Reading {args['path']}: the 401 must come from a check that runs before "
+                "the handler." if name == "read_file" else "[stand-in] This phase is done; compacting.")
+        call = {"id": f"call_{len(script)}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)}}
+        return {"role": "assistant", "content": note, "tool_calls": [call]}
+    return model
+
+
+def summarizer_that_prints(messages, focus=None):
+    """The offline summarizer, wrapped to show what the compactor passes it."""
+    foci_received.append(focus)
+    print(f"[summarizer] received focus={focus!r} with {len(messages)} messages to summarize")
+    return summarize_offline(messages, focus)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as folder:
+        for path, text in {**SOURCES, **TESTS}.items():
+            (Path(folder) / path).parent.mkdir(parents=True, exist_ok=True)
+            (Path(folder) / path).write_text(text)
+        config = tiny_agent.Config(strategy="layered", context_window=16_000)
+        session = tiny_agent.new_session(config, summarize=summarizer_that_prints)
+        show.banner("1. The real loop, with a scripted stand-in model")
+        print("[stand-in] The model is a fixed Python script, not a language model; the loop, the tools "
+              "and the compactor are the real code.")
+        answer = tiny_agent.run(session, "Why does the login test fail?", scripted_model(),
+                                tiny_agent.Workspace(Path(folder)))
+    show.banner("2. What the model sees afterwards")
+    show.show(session.messages)
+    summary = next(m for m in session.messages if is_summary(m))
+    for line in parse_summary(summary_body(summary)).get("Relevant to the focus", []):
+        print(f"[focus] {line[:90]}")
+    print(f"[answer] {answer}")
+    asked = [FIRST_FOCUS, FOCUS]
+    print(f"\n[lesson 11] done: {session.compactions} compactions asked for by the model; "
+          f"{sum(f in foci_received for f in asked)} of {len(asked)} foci reached the summarizer")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Lesson 12 · Importance eviction and the rolling window
+Motto: drop what matters least, not what is oldest; fold the rest into one summary that grows.
+
+The problem: cutting the oldest turns throws away the user's rules from turn 3 and keeps the
+routine `ls` from turn 40. And re-summarizing a summary of a summary loses a little each time.
+
+How it works:
+  importance  scores each call group: user words > the agent's; decisions, errors and user
+              constraints get a bonus; newer beats older.
+  eviction    drops the lowest-scoring whole groups between head and tail until the list fits,
+              and leaves one "[evicted]" note per gap. What stays keeps its order.
+  hybrid      keeps the last `keep_recent` messages raw and a rolling summary of everything
+              older. The old summary is part of the next middle, so it is *updated*, not
+              summarized again: its tool counts keep adding up.
+
+      [system][task][summary v3 = v2 + new turns][ack][6 newest messages]
+
+What changed since lesson 11: the first lossy steps that choose *what* to drop by meaning.
+Try it: change TARGET_SHARE to 0.1 or 0.6 and compare which planted facts stay; set
+  keep_recent=12 on the hybrid Compactor.
+Explains compact.py: importance, evict_by_importance, Compactor(policy="hybrid"), CompactState.
+Run: python lessons/12_eviction_and_rolling.py
+"""
+
+import re
+
+import show
+from compact import Compactor, estimate_tokens, evict_by_importance, importance
+from conversations import generate_conversation
+
+TARGET_SHARE = 0.3
+
+
+def group(command, output):
+    """One assistant call to bash and its result."""
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": f'{{"command": "{command}"}}'}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": output}]
+
+
+EXAMPLES = {
+    "user constraint": [{"role": "user", "content": "Do not modify deploy.sh."}],
+    "user request": [{"role": "user", "content": "Please also look at the token expiry."}],
+    "decision": [{"role": "assistant", "content": "Decision: use sqlite because the tests run offline."}],
+    "error output": group("pytest -q", "FAILED tests/test_auth.py::test_login - AssertionError"),
+    "routine output": group("ls", "README.md\nsrc\ntests"),
+}
+
+
+def tool_calls(messages):
+    return sum(len(m.get("tool_calls") or []) for m in messages)
+
+
+def main():
+    show.banner("1. Importance scores (higher stays longer)")
+    print(f"  {'kind':<16} {'oldest':>7} {'newest':>7}")
+    for kind, messages in EXAMPLES.items():
+        old, new = (importance(messages, (0, len(messages)), r) for r in (0.0, 1.0))
+        print(f"  {kind:<16} {old:>7.1f} {new:>7.1f}")
+
+    show.banner("2. Evict by importance to a token target")
+    conversation = generate_conversation(60, seed=4)
+    messages = conversation.messages
+    head, tail = Compactor(context_window=64_000).boundaries(messages)
+    target = int(TARGET_SHARE * estimate_tokens(messages))
+    out = evict_by_importance(messages, target, head, tail)
+    show.sizes("evict", messages, out)
+    notes = [m["content"] for m in out if m["content"] and m["content"].startswith("[evicted]")]
+    for note in notes:
+        print(f"  {note[:100]}")
+    position = {id(m): i for i, m in enumerate(messages)}
+    kept = [position[id(m)] for m in out if id(m) in position]
+    print(f"[kept] {len(kept)} original messages, in their original order: {kept == sorted(kept)}")
+    text = " ".join(str(m) for m in out)
+    for kind in ("constraint", "decision", "error"):
+        facts = [f for f in conversation.facts if f.kind == kind]
+        print(f"[kept] planted {kind}s still in context: {sum(f.text in text for f in facts)} of {len(facts)}")
+
+    show.banner("3. The hybrid: a rolling summary over a long run")
+    compactor = Compactor(context_window=64_000, policy="hybrid")
+    context, seen, add_up = [], 0, True
+    for message in generate_conversation(250, seed=3).messages:
+        if message["role"] == "assistant":  # the loop compacts before every model call
+            out = compactor.compact(context)
+            if out is not context:
+                context = list(out)
+                counted = sum(int(n) for n in re.findall(r"×(\d+)", compactor.state.summary))
+                left = seen - tool_calls(context)
+                add_up &= counted == left
+                print(f"[rolling] compaction {compactor.state.compactions}: {left:>3} tool calls have left "
+                      f"the context, the summary counts {counted:>3}")
+        context.append(message)
+        seen += tool_calls([message])
+    print(f"[rolling] tool counts add up at every compaction: {'yes' if add_up else 'NO'}")
+    state = compactor.state
+    print(f"[state] compactions={state.compactions} tokens_saved={state.tokens_saved:,}")
+    print(f"[state] recent_files={state.recent_files}")
+    print(f"\n[lesson 12] done: eviction kept {len(kept)} messages in order; the rolling summary "
+          f"was updated {state.compactions} times")
+
+
+if __name__ == "__main__":
+    main()

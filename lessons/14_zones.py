@@ -1,0 +1,118 @@
+"""Lesson 14 · Zones: smart eviction
+Motto: tidy up early and losslessly; lose information only when you must.
+
+The problem: the ladder of lesson 13 waits until 70% and then may summarize. But a lot can be
+done that loses nothing: merge split messages, drop duplicate outputs, clear cache reads, mask
+what can be re-run. Doing that early keeps the lossy steps rare. And some tools (SQL, a shell
+whose exact output matters) must never be paraphrased at all.
+
+How it works: the history's share of the effective window picks the zone.
+
+    0% ──────────── 60% ─────────────── 85% ─────────── 100%
+       nothing         lossless only       lossy allowed
+                       merge, dedupe,      snip, shorten, evict,
+                       clear, mask         summary, last resort
+
+  Lossy steps run only once the history passed `lossy_at`, and stop as soon as the lossless ones
+  brought it back under `lossy_resume` (75%). Tools in `precise_tools` are never masked, snipped
+  or deduplicated. admit_tool_result shrinks a huge output before it even enters the context
+  (the cheap model summarizes it; with no model it is snipped), and flag_unverified marks a
+  summary line whose numbers or paths its source never said.
+
+What changed since lesson 13: the same rungs, sorted by what they cost in information.
+Try it: set lossless_at=0.5 or lossy_at=0.95; replace ("bash",) by ("read_file",).
+Explains compact.py: Compactor(policy="zones"), merge_same_role, admit_tool_result, flag_unverified.
+Run: python lessons/14_zones.py
+"""
+
+import show
+from compact import Compactor, flag_unverified, merge_same_role, text_tokens
+from conversations import generate_conversation
+
+LOSSLESS = ("merge", "dedupe", "clear", "mask")
+
+
+def replay(compactor, messages, on_compaction):
+    """The agent loop without a model: compact before every assistant message, then append it."""
+    context = []
+    for message in messages:
+        if message["role"] == "assistant":
+            out = compactor.compact(context)
+            if out is not context:
+                on_compaction(context, out)
+                context = list(out)
+        context.append(message)
+
+
+def zones_run(messages):
+    compactor = Compactor(context_window=32_000, reserved_output=4_000, policy="zones",
+                          lossless_at=0.60, lossy_at=0.85)
+    share = lambda ms: compactor.budget.history(ms) / compactor.budget.effective(ms)
+    quiet = []
+
+    def on_compaction(before, after):
+        ran = [(name, b - a, s) for name, b, a, s in compactor.report if a < b]
+        lossless = " ".join(f"{n} -{d:,}" for n, d, _ in ran if n in LOSSLESS) or "—"
+        lossy = " ".join(f"{n} -{d:,}" for n, d, _ in ran if n not in LOSSLESS)
+        ms = 1000 * sum(s for *_, s in compactor.report)
+        if lossy or compactor.state.compactions <= 3:
+            print(f"  #{compactor.state.compactions:<3}{share(before):>5.0%} →{share(after):>4.0%}  "
+                  f"{lossless:<25} {lossy or '—':<42}{ms:5.1f} ms")
+        else:
+            quiet.append(ms)
+    print(f"  {'pass':<4}{'from':>5} →{'to':>4}  {'lossless (tokens removed)':<25} {'lossy':<42} time")
+    replay(compactor, messages, on_compaction)
+    print(f"  … and {len(quiet)} more lossless-only passes, {sum(quiet):.0f} ms in all")
+    return compactor
+
+
+def altered_results(messages, tool, precise_tools):
+    """Replay with zones and count the `tool` results that were changed while in the context."""
+    original = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
+    altered = set()
+
+    def on_compaction(before, after):
+        altered.update(m["tool_call_id"] for m in after if m["role"] == "tool"
+                       and names.get(m["tool_call_id"]) == tool and m["content"] != original[m["tool_call_id"]])
+    compactor = Compactor(context_window=32_000, reserved_output=4_000, policy="zones", precise_tools=precise_tools)
+    replay(compactor, messages, on_compaction)
+    return len(altered), sum(name == tool for name in names.values())
+
+
+def main():
+    messages = generate_conversation(250, seed=3).messages
+    show.banner("1. Zones over a 250-turn run (share of the effective window)")
+    compactor = zones_run(messages)
+
+    show.banner("2. Lossless: merge_same_role")
+    split = [{"role": "user", "content": "Fix the login test."},
+             {"role": "user", "content": "And keep the diff small."}]
+    merged = merge_same_role(split)
+    print(f"[merge] {len(split)} user messages → {len(merged)}: {merged[0]['content']!r}")
+
+    show.banner("3. A never-compress tool keeps its results verbatim")
+    for precise in ((), ("bash",)):
+        altered, total = altered_results(messages, "bash", precise)
+        print(f"[precise] precise_tools={precise!s:<9} bash results altered while in context: "
+              f"{altered} of {total}")
+
+    show.banner("4. Admit a huge tool output, then check a summary")
+    log = "\n".join(f"step {i}: ok" if i != 1_500 else "step 1500: ERROR disk quota exceeded"
+                    for i in range(3_000))
+    admit = Compactor(precise_tools=("run_sql",))
+    for name in ("bash", "run_sql"):
+        call = {"function": {"name": name, "arguments": "{}"}}
+        kept = admit.admit_tool_result(call, log)
+        print(f"[admit] {name:<7} {text_tokens(log):,} → {text_tokens(kept):,} tokens; "
+              f"error line kept: {'ERROR disk quota' in kept}; {'verbatim' if kept == log else 'snipped (no model)'}")
+    source = "FAILED tests/test_auth.py::test_login\n3 failed, 41 passed\nTIMEOUT = 30  # src/config.py"
+    summary = "- 3 tests fail in tests/test_auth.py\n- The timeout is 45 seconds (src/config.py)"
+    for line in flag_unverified(summary, source).split("\n"):
+        print(f"[drift] {line}")
+    print(f"\n[lesson 14] done: {compactor.state.compactions} zone passes, "
+          f"{compactor.state.tokens_saved:,} tokens saved; precise bash results altered: {altered}")
+
+
+if __name__ == "__main__":
+    main()

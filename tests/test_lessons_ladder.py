@@ -1,0 +1,134 @@
+"""Lessons 08-14 run offline as a reader runs them, and print what they promise to show."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW")
+
+
+@functools.cache
+def started() -> dict[str, subprocess.Popen]:
+    """Start every lesson at once, the way the README runs them, with no model configured.
+    They run in parallel because each one spends a second loading the tokenizer."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_") and k not in MODEL_ENV}
+    return {name: subprocess.Popen([sys.executable, f"lessons/{name}"], cwd=ROOT, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for name in FILENAMES}
+
+
+@functools.cache
+def run_lesson(filename: str) -> subprocess.CompletedProcess:
+    process = started()[filename]
+    try:
+        stdout, stderr = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def found(pattern, text: str) -> bool:
+    return bool(pattern.search(text)) if isinstance(pattern, re.Pattern) else pattern in text
+
+
+LESSONS = [
+    pytest.param("08_boundaries_and_validator.py", [
+        "[head]", "[middle]", "[tail]", "moved out of a tool-call group",
+        "[problem] anthropic the first message after the system prompt is not from the user",
+        "[problem] openai    message 2: tool call call_0 has no result", "[naive]",
+        "a system message after the start", "[system note] ",
+        re.compile(r"\[lesson 08\] done: .*repair made (\d+) of \1 broken lists valid"),
+    ], [re.compile(r"tail starts at \d+ \(tool\)"), "STILL INVALID"], id="08"),
+    pytest.param("09_archive_and_recall.py", [
+        "[archive] permissions 0o600", "'[secret masked]' is: True",
+        "[summary] The full text of the compacted turns is archived in",
+        re.compile(r"\[search\] 'UnicodeDecodeError'.*\n  #\d+ \[tool\]"),
+        "the planted error is in what read returns: yes",
+        '[recall] {"query": "UnicodeDecodeError"}', re.compile(r'\[recall\] \{"query": "#\d+"\}'),
+        "[lesson 09] done:",
+    ], ["the leaked key is in the file: True"], id="09"),
+    pytest.param("10_pinned_and_focus.py", [
+        "'Do not modify deploy.sh.' verbatim under the summary: 5 of 5 times",
+        "'Answer in Chinese.' verbatim under the summary: 5 of 5 times",
+        "is in state.pinned: False", "summarizer: offline (no model configured)",
+        "--- focus=None\n  [focus] (no 'Relevant to the focus' section)",
+        "[focus] FAILED tests/test_auth.py::test_login",
+        "[lesson 10] done: 2 user rules, each pinned verbatim in 5 of 5 summaries",
+    ], [], id="10"),
+    pytest.param("11_compact_tool.py", [
+        '[tool] compact {"focus": "the failing test in tests/test_auth.py"}',
+        "[summarizer] received focus='which check in src/ can return 401'",
+        "[summarizer] received focus='the failing test in tests/test_auth.py'",
+        re.compile(r"\[compact\] \d+ → \d+ messages"), "[stand-in] The model is a fixed Python script",
+        "[lesson 11] done: 2 compactions asked for by the model; 2 of 2 foci reached the summarizer",
+    ], [], id="11"),
+    pytest.param("12_eviction_and_rolling.py", [
+        "user constraint", "routine output", "[evicted] ", "in their original order: True",
+        "[kept] planted constraints still in context", "[rolling] compaction 2:",
+        "tool counts add up at every compaction: yes", "[state] compactions=", "recent_files=",
+        "[lesson 12] done:",
+    ], [], id="12"),
+    pytest.param("13_ladder.py", [
+        re.compile(r"#1 +msg +\d+: .*\| mask -"), " · summary -",
+        re.compile(r"stopped below the summary rung \([1-9]\d* after masking alone\) "
+                   r"and called the summarizer 0 times"),
+        "last_error='ConnectionError: connection reset by peer'",
+        "SummaryFailure: the summary looks like an error message",
+        "last_error='SummaryFailure: the summarizer returned nothing'",
+        re.compile(r"summary 3: summarizer called  → offline fallback +breaker open"),
+        re.compile(r"summary 4: summarizer skipped → offline fallback +breaker open"),
+        re.compile(r"summary 7: summarizer called  → its own summary +breaker closed"),
+        "[overflow] after 20 turns: ContextOverflowError:\n    history of",
+        "[overflow] as the first task: ContextOverflowError:\n    history of",
+        "[lesson 13] done:",
+    ], ["NOT raised"], id="13"),
+    pytest.param("14_zones.py", [
+        "lossless (tokens removed)", "more lossless-only passes", re.compile(r"snip -[\d,]+"),
+        "[merge] 2 user messages → 1: 'Fix the login test.\\n\\nAnd keep the diff small.'",
+        re.compile(r"precise_tools=\(\) +bash results altered while in context: [1-9]"),
+        re.compile(r"precise_tools=\('bash',\) bash results altered while in context: 0 of [1-9]"),
+        "snipped (no model)", re.compile(r"\[admit\] run_sql .*verbatim"),
+        "[drift] - The timeout is 45 seconds (src/config.py) (unverified)",
+        "[drift] - 3 tests fail in tests/test_auth.py\n", "[lesson 14] done:",
+    ], [], id="14"),
+]
+
+
+FILENAMES = [p.values[0] for p in LESSONS]
+
+
+@pytest.mark.parametrize("filename, expected, unexpected", LESSONS)
+def test_lesson_runs_offline_and_prints_its_markers(filename, expected, unexpected):
+    done = run_lesson(filename)
+    assert done.returncode == 0, done.stderr[-2000:]
+    missing = [p if isinstance(p, str) else p.pattern for p in expected if not found(p, done.stdout)]
+    present = [p if isinstance(p, str) else p.pattern for p in unexpected if found(p, done.stdout)]
+    assert not missing and not present, f"missing {missing}, present {present}\n{done.stdout}"
+
+
+@pytest.mark.parametrize("filename", FILENAMES)
+def test_lesson_docstring_has_the_standard_shape(filename):
+    docstring = ast.get_docstring(ast.parse((ROOT / "lessons" / filename).read_text(encoding="utf-8")))
+    number = filename[:2]
+    assert docstring.startswith(f"Lesson {number} · ")
+    for part in ("Motto:", "The problem:", "How it works:", f"What changed since lesson {int(number) - 1:02d}:",
+                 "Try it:", "Explains ", f"Run: python lessons/{filename}"):
+        assert part in docstring, part
+
+
+def test_zones_run_lossy_steps_only_past_lossy_at():
+    """Every pass of lesson 14 that lists a lossy step started above 85% of the window."""
+    rows = re.findall(r"#\d+ +(\d+)% → *\d+%  (.{25}) (\S.*?) +[\d.]+ ms", run_lesson("14_zones.py").stdout)
+    lossy_starts = [int(start) for start, _, lossy in rows if lossy != "—"]
+    assert lossy_starts and min(lossy_starts) > 85, rows
+    assert any(lossy == "—" for _, _, lossy in rows), "the lossless zone never shows"
