@@ -805,10 +805,14 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
     one-line note where something went. The order of what stays is unchanged (lesson 12)."""
     groups = message_groups(messages, head, tail_start)
     ranked = sorted(range(len(groups)), key=lambda g: importance(messages, groups[g], g / max(1, len(groups))))
+    latest = latest_user_request(messages)
     total, evicted = estimate_tokens(messages), set()
     for g in ranked:
         if total <= target_tokens:
             break
+        first = messages[groups[g][0]]
+        if first is latest or find_constraints([first]):
+            continue  # the user's latest request and rules stay word for word where the user said them
         evicted.add(g)
         total -= sum(message_tokens(m) for m in messages[groups[g][0]:groups[g][1]])
     out, gap = list(messages[:head]), []
@@ -1110,7 +1114,7 @@ class Compactor:
             turn = [latest, *turn]
         leaving = [m for m in messages[len(system):] if not any(m is t for t in turn)]
         self.archive_messages(leaving)
-        if leaving:  # leaving holds the current summary message, so this updates it
+        if any(not is_generated(m) and m is not ACK for m in leaving):  # new turns leave: update the summary
             self.state.summary = self.guard(leaving, focus=focus)
         self.remember(leaving)
         turn = shorten_tool_arguments(snip_long_outputs(turn, self._snip_tokens() // 4, self.precise_tools),

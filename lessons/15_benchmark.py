@@ -32,6 +32,8 @@ import time
 START = time.perf_counter()
 
 import show  # noqa: E402  (puts the repository root on sys.path)
+import benchmark  # noqa: E402
+import compact  # noqa: E402
 from benchmark import check_targets, pct, run_benchmark, text_chart  # noqa: E402
 
 CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
@@ -48,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cached-rate", type=float, default=0.1, help="cached input price / input price")
     parser.add_argument("--json", action="store_true", help="print the results as JSON only")
     parser.add_argument("--plot", metavar="PNG", help="save a chart of tokens per turn (needs matplotlib)")
+    parser.add_argument("--model", action="store_true",
+                        help="summarize with the configured model (many calls: slow, and it costs money)")
     return parser.parse_args(argv)
 
 
@@ -87,11 +91,15 @@ def plot(series: dict, window: int, path: str) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):  # zones would call a model for big outputs
-        os.environ.pop(name, None)
+    if args.model and compact.model_configured():
+        benchmark.SUMMARIZE = compact.summarize_default
+    else:  # offline by default, or zones would also call a model for every big tool output
+        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+            os.environ.pop(name, None)
     results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
                             trajectories=args.trajectories, recorded_window=args.recorded_window, limit=args.limit)
-    default_run = all(getattr(args, k) == v for k, v in vars(parse_args([])).items() if k not in ("json", "plot"))
+    default_run = all(getattr(args, k) == v for k, v in vars(parse_args([])).items()
+                      if k not in ("json", "plot", "model"))
     targets = check_targets(results, time.perf_counter() - START, default_run)
     if args.json:
         results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
@@ -99,7 +107,7 @@ def main(argv=None) -> None:
         return
     print(f"[setup] window {args.window:,} tokens (reserved output {args.window // 4:,}); seeds {args.seeds}; "
           f"cached input billed at {args.cached_rate:.0%} of the input price")
-    print(f"[setup] summaries by compact.summarize_offline, counted as a model call would bill them: "
+    print(f"[setup] summaries by compact.{benchmark.SUMMARIZE.__name__}, counted as a model call would bill them: "
           f"request + answer (answer at {results['output_price']:g}× the input price)")
     for turns, group in results["generated"].items():
         show.banner(f"{group['conversations']} generated conversations of {turns} turns, shares of none")

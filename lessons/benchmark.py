@@ -38,12 +38,15 @@ KINDS = ("constraint", "error")  # reported on their own as well: the targets na
 # --------------------------------------------------------------------------------------------
 
 
-class CountingSummarizer:
-    """summarize_offline, plus what the same call would cost a model: the tokens of the request
-    compact.summary_request builds for it, and the tokens of the answer."""
+SUMMARIZE: Callable = summarize_offline  # 15_benchmark.py --model swaps in compact.summarize_default
 
-    def __init__(self, summarize: Callable = summarize_offline):
-        self.summarize = summarize
+
+class CountingSummarizer:
+    """The summarizer (offline unless --model), plus what the same call costs a model: the tokens
+    of the request compact.summary_request builds for it, and the tokens of the answer."""
+
+    def __init__(self, summarize: Callable | None = None):
+        self.summarize = summarize or SUMMARIZE
         self.calls = self.input_tokens = self.output_tokens = 0
 
     def __call__(self, messages: list[dict], focus: str | None = None) -> str:

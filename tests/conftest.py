@@ -4,6 +4,7 @@ and a real OpenAI-compatible HTTP server on 127.0.0.1 for the model path."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import json
 import socket
 import sys
@@ -100,3 +101,13 @@ def load_trajectories(name: str) -> list[list[dict]]:
     if not path.exists():
         pytest.skip(f"{path} is not here (it is shared data beside the checkout)")
     return [json.loads(line)["messages"] for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW")
+
+
+def offline_env(**extra: str) -> dict:
+    """The environment for a lesson run as a subprocess with no model: the model variables are
+    present but empty, so a developer's .env (which never overrides) cannot switch a model on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    return {**env, **{name: "" for name in MODEL_VARIABLES}, "PYTHONIOENCODING": "utf-8", **extra}

@@ -15,7 +15,7 @@ import pytest
 
 import benchmark
 from compact import estimate_tokens, find_problems, find_constraints, mask_old_tool_results
-from conftest import load_trajectories
+from conftest import load_trajectories, offline_env
 from conversations import generate_conversation
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +34,7 @@ def rows(small):
 
 
 def run_lesson(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    return subprocess.run([sys.executable, "lessons/15_benchmark.py", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "lessons/15_benchmark.py", *args], cwd=ROOT, env=offline_env(),
                           capture_output=True, text=True, timeout=60)
 
 

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import chat_response
+from conftest import chat_response, offline_env
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW")
 
 MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
@@ -39,11 +38,6 @@ MARKERS = {
                                "valid JSON with keys ['path', 'content']", "[kept]",
                                "[lesson 07] done: 1 cleared, 1 deduped, 1 shortened"],
 }
-
-
-def offline_env(**extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in MODEL_VARIABLES}
-    return {**env, "PYTHONIOENCODING": "utf-8", **extra}
 
 
 def start(lesson: str, env: dict) -> subprocess.Popen:

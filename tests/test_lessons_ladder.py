@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import offline_env
+
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW")
 
 
 @functools.cache
 def started() -> dict[str, subprocess.Popen]:
     """Start every lesson at once, the way the README runs them, with no model configured.
     They run in parallel because each one spends a second loading the tokenizer."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_") and k not in MODEL_ENV}
+    env = offline_env()
     return {name: subprocess.Popen([sys.executable, f"lessons/{name}"], cwd=ROOT, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for name in FILENAMES}

@@ -1,0 +1,363 @@
+"""The ladder (compact.py section 6): the Compactor's boundaries, archive, pins, policies and state,
+then the whole ladder replayed like an agent loop over real recorded conversations."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import load_trajectories
+from test_layers import assistant, call, log_output, reads, result, system, tool_turn, user
+
+import compact
+from compact import (
+    POLICIES, Archive, Compactor, ContextOverflowError, content_text, find_constraints, find_problems,
+    is_generated, is_summary, mask_secrets, message_tokens, summarize_offline,
+)
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def window_for(messages, share, reserved=1_000) -> int:
+    """A context window in which the history of `messages` fills `share` of the effective window."""
+    system_tokens = sum(message_tokens(m) for m in messages if m["role"] == "system")
+    history = sum(message_tokens(m) for m in messages if m["role"] != "system")
+    return math.ceil(history / share) + reserved + system_tokens
+
+
+def compactor_for(messages, share, **options) -> Compactor:
+    """A compactor whose window the history of `messages` fills to `share`."""
+    options.setdefault("summarize", summarize_offline)
+    return Compactor(context_window=window_for(messages, share), reserved_output=1_000, **options)
+
+
+def chat(rounds, start=0) -> list[dict]:
+    """Plain talk, no tools: only a summary can shrink it."""
+    out = []
+    for k in range(start, start + rounds):
+        out += [user(f"Question {k}: what about part {k} of the design? " + "Some detail. " * 150),
+                assistant(f"Answer {k}: part {k} works like this. " + "More explanation. " * 150)]
+    return out
+
+
+def task() -> list[dict]:
+    return [system(), user("Refactor the modules in src/ and keep the tests green.")]
+
+
+def recorder(calls):
+    """A summarizer that records each call, then summarizes offline."""
+    def summarize(messages, focus=None):
+        calls.append(list(messages))
+        return summarize_offline(messages, focus)
+    return summarize
+
+
+def step_names(compactor) -> list[str]:
+    return [name for name, *_ in compactor.report]
+
+
+def summary_of(messages) -> dict:
+    return next(m for m in messages if is_summary(m))
+
+
+def archived(compactor) -> list[str]:
+    """The archive's messages, each as canonical JSON, so they compare by content."""
+    return [json.dumps(r["message"], sort_keys=True) for r in compactor.archive.records()]
+
+
+def as_archived(message) -> str:
+    return json.dumps(mask_secrets(message), sort_keys=True)
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Boundaries
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start, head", [
+    (task(), 2),
+    ([user("Refactor src/.")], 1),
+    ([system(), compact.summary_message("## Goal\n- earlier work")], 1),
+])
+def test_the_head_is_the_system_prompt_and_the_first_user_task(start, head):
+    messages = [*start, *reads(6), user("Next one.")]
+    assert compactor_for(messages, 0.9).boundaries(messages)[0] == head
+
+
+def parallel_history(batches=6) -> list[dict]:
+    """Batches of parallel calls whose results differ in size, so a tail budget lands anywhere."""
+    out = task()
+    for b in range(batches):
+        calls = [call(f"b{b}p{k}", "read_file", path=f"src/m{b}_{k}.py") for k in range(4)]
+        out += [assistant(f"Reading batch {b}.", *calls),
+                *[result(c["id"], log_output(c["id"], lines=5 + 17 * k)) for k, c in enumerate(calls)]]
+    return out
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_tail_never_starts_with_a_tool_result(policy):
+    messages = parallel_history()
+    compactor = compactor_for(messages, 0.9, policy=policy)
+    for n in range(3, len(messages) + 1):
+        head, tail = compactor.boundaries(messages[:n])
+        assert head <= tail <= n
+        assert tail == n or messages[tail]["role"] != "tool", f"prefix of {n} messages"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_newest_group_is_in_the_tail_even_when_bigger_than_the_tail_budget(policy):
+    messages = [*task(), *reads(3), *tool_turn("big", "bash", log_output("huge", lines=3_000), command="pytest")]
+    compactor = compactor_for(messages, 0.9, policy=policy, keep_recent=1)
+    assert compactor.boundaries(messages)[1] <= len(messages) - 2
+
+
+# --------------------------------------------------------------------------------------------
+# 8. Archive
+# --------------------------------------------------------------------------------------------
+
+
+def summarized_history() -> list[dict]:
+    return [*task(), *chat(12), user("Now write the changelog.")]
+
+
+def test_messages_are_archived_before_the_summarizer_replaces_them(tmp_path):
+    messages = summarized_history()
+    unarchived = []
+
+    def summarize(middle, focus=None):
+        unarchived.append([m for m in middle if as_archived(m) not in archived(compactor)])
+        return summarize_offline(middle, focus)
+
+    compactor = compactor_for(messages, 0.9, summarize=summarize, archive_dir=tmp_path)
+    out = compactor.compact(messages)
+    assert unarchived == [[]]
+    gone = [m for m in messages if not any(m is k for k in out)]
+    assert gone and {as_archived(m) for m in gone} <= set(archived(compactor))
+
+
+def test_the_summary_names_the_archive_and_search_and_read_find_messages(tmp_path):
+    messages = summarized_history()
+    compactor = compactor_for(messages, 0.9, archive_dir=tmp_path)
+    out = compactor.compact(messages)
+    path = compactor.archive.path
+    assert path.parent == tmp_path and str(path) in content_text(summary_of(out))
+    hits = Archive(path).search("Answer 3")
+    assert hits.startswith("#") and "part 3 works like this" in hits
+    number = int(hits.split()[0][1:])
+    assert json.loads(Archive(path).read(number))["content"].startswith("Answer 3:")
+
+
+def test_the_archive_file_is_readable_by_its_owner_only(tmp_path):
+    messages = summarized_history()
+    compactor = compactor_for(messages, 0.9, archive_dir=tmp_path / "archive")
+    compactor.compact(messages)
+    assert compactor.archive.path.stat().st_mode & 0o777 == 0o600
+
+
+def test_secrets_are_masked_in_the_archive(tmp_path):
+    messages = [*task(), user("Use the key sk-abcdefghijklmnopqrstuvwx for the API."), *chat(12), user("Go.")]
+    compactor = compactor_for(messages, 0.9, archive_dir=tmp_path)
+    compactor.compact(messages)
+    text = compactor.archive.path.read_text(encoding="utf-8")
+    assert "sk-abcdefghijklmnopqrstuvwx" not in text and "[secret masked]" in text
+
+
+# --------------------------------------------------------------------------------------------
+# 10. Pinned constraints / 14. State across compactions
+# --------------------------------------------------------------------------------------------
+
+RULES = "Do not modify deploy.sh. 不要修改 deploy.sh。 Always answer in Chinese."
+
+
+def grow(compactor, messages, new) -> list[dict]:
+    """Append `new`, then compact, as an agent loop does before each model call."""
+    return compactor.compact([*messages, *new])
+
+
+def test_pinned_constraints_survive_five_compactions_verbatim():
+    messages = [*task(), assistant("On it."), user(RULES)]
+    compactor = Compactor(context_window=12_000, reserved_output=1_000, summarize=summarize_offline)
+    wanted = find_constraints([user(RULES)])
+    k = 0
+    while compactor.state.compactions < 5:
+        messages = grow(compactor, messages, chat(2, start=k))
+        k += 2
+        assert k < 200, "the compactor never compacted five times"
+        in_user = [c for c in wanted if any(c in content_text(m) for m in messages
+                                            if m["role"] == "user" and not is_generated(m))]
+        if len(in_user) < len(wanted):
+            assert compactor.state.pinned[:len(wanted)] == wanted
+            assert all(c in content_text(summary_of(messages)) for c in wanted)
+    assert not any(RULES in content_text(m) for m in messages if not is_generated(m))  # they left
+
+
+def test_compact_state_lasts_across_compactions():
+    compactor = Compactor(context_window=5_000, reserved_output=1_000, summarize=summarize_offline)
+    messages, changed, saved = task(), 0, 0
+    for k in range(12):
+        grown = [*messages, *reads(1, start=k), user(f"Next {k}. " * 60)]
+        messages = compactor.compact(grown)
+        changed += messages is not grown
+        saved += compactor.budget.history(grown) - compactor.budget.history(messages)
+    state = compactor.state
+    assert state.compactions == changed >= 3
+    assert state.tokens_saved == saved
+    assert compact.summary_body(summary_of(messages)) == state.summary.strip()
+    calls_left = [k for k in range(12) if not any(m.get("tool_call_id") == f"c{k}" for m in messages)]
+    assert len(calls_left) > 5
+    assert state.recent_files == [f"src/mod{k}.py" for k in calls_left][-5:]
+
+
+# --------------------------------------------------------------------------------------------
+# 13. The hybrid policy
+# --------------------------------------------------------------------------------------------
+
+
+def test_hybrid_keeps_the_last_messages_raw_and_a_rolling_summary():
+    messages = summarized_history()
+    compactor = compactor_for(messages, 0.9, policy="hybrid", keep_recent=6)
+    out = compactor.compact(messages)
+    assert out[:2] == messages[:2] and is_summary(out[2])
+    assert all(a is b for a, b in zip(out[-6:], messages[-6:]))
+    assert step_names(compactor) == ["summary"]
+    later = compactor.compact([*out, *chat(12, start=50), user("And the release notes.")])
+    assert [m for m in later if is_summary(m)] == [summary_of(later)]  # one summary, rolled forward
+    goal = compact.parse_summary(compact.summary_body(summary_of(later)))["Goal"]
+    assert goal[0].startswith("Question 0:") and any(g.startswith("Question 5") for g in goal)
+
+
+# --------------------------------------------------------------------------------------------
+# 16. The ladder
+# --------------------------------------------------------------------------------------------
+
+
+def test_below_the_trigger_compact_returns_the_same_list():
+    messages = [*task(), *reads(3), user("Next.")]
+    compactor = compactor_for(messages, 0.6)
+    assert compactor.compact(messages) is messages
+    assert compactor.state.compactions == 0
+
+
+def test_a_history_masking_fixes_never_calls_the_summarizer():
+    messages = [*task(), *reads(10), assistant("All read."), user("Now refactor mod9.")]
+    calls = []
+    compactor = compactor_for(messages, 0.8, summarize=recorder(calls))
+    out = compactor.compact(messages)
+    assert step_names(compactor) == ["mask"]
+    assert calls == []
+    assert not compactor.budget.over(out, compactor.target) and find_problems(out) == []
+
+
+def test_layers_run_cheapest_first_and_stop_as_soon_as_it_fits():
+    messages = summarized_history()
+    calls = []
+    compactor = compactor_for(messages, 0.9, summarize=recorder(calls))
+    out = compactor.compact(messages)
+    assert step_names(compactor) == ["mask", "snip", "clear", "dedupe", "shorten", "summary"]
+    assert len(calls) == 1
+    assert not compactor.budget.over(out, compactor.target)
+    assert find_problems(out) == [] and find_problems(out, provider="anthropic") == []
+
+
+FAILURES = {"raises": RuntimeError("summary service is down"), "empty": "",
+            "error text": "Error 429: rate limit exceeded, try again later"}
+
+
+def failing_summarizer(kind, calls):
+    """A summarizer that records each call and then fails the way `kind` says."""
+    def summarize(messages, focus=None):
+        calls.append(list(messages))
+        if isinstance(FAILURES[kind], Exception):
+            raise FAILURES[kind]
+        return FAILURES[kind]
+    return summarize
+
+
+@pytest.mark.parametrize("kind", FAILURES)
+def test_a_failing_summarizer_hands_on_to_the_offline_summary(kind):
+    messages = summarized_history()
+    calls = []
+    compactor = compactor_for(messages, 0.9, summarize=failing_summarizer(kind, calls))
+    out = compactor.compact(messages)
+    assert len(calls) == 1 and compactor.guard.last_error
+    assert compact.summary_body(summary_of(out)) == summarize_offline(calls[0], focus="Now write the changelog.")
+    assert not compactor.budget.over(out, compactor.target) and find_problems(out) == []
+
+
+@pytest.mark.parametrize("before", [[], chat(10)], ids=["alone", "after a long history"])
+def test_context_overflow_when_even_the_last_resort_cannot_fit(before):
+    """One giant latest user message: the last resort never cuts what the user wrote."""
+    messages = [*task(), *before, assistant("Ready."), user("Please review this: " + "word " * 20_000)]
+    compactor = Compactor(context_window=8_000, reserved_output=1_000, summarize=summarize_offline)
+    with pytest.raises(ContextOverflowError):
+        compactor.compact(messages)
+    assert "last resort" in step_names(compactor)
+
+
+# --------------------------------------------------------------------------------------------
+# Done when: the ladder, driven like an agent loop over real conversations
+# --------------------------------------------------------------------------------------------
+
+# tau-bench runs are short (at most ~10k tokens): at 32k they would never compact, so they replay
+# in the smallest round window that still holds every single message (largest 2.9k + 1.25k system).
+REPLAYS = [("tau_bench_airline_gpt4o.jsonl", 6_000, 1_000),
+           ("mini_swe_agent_gemini3pro_swebv.jsonl", 32_000, 4_000)]
+
+
+def replay(conversation, compactor):
+    """Append messages one by one; compact when the model would be called next. Yields
+    (messages so far, the compacted list) after each compaction."""
+    messages, seen = [], []
+    for i, m in enumerate(conversation):
+        messages.append(m)
+        seen.append(m)
+        if i + 1 == len(conversation) or conversation[i + 1]["role"] == "assistant":
+            messages = compactor.compact(messages)
+            yield seen, messages
+
+
+class Promises:
+    """What every compacted list must keep, checked incrementally as a replay goes on."""
+
+    def __init__(self, compactor):
+        self.compactor, self.rules, self.read, self.gone = compactor, [], 0, set()
+        self.archive: set[str] = set()
+
+    def broken(self, seen, out) -> list[str]:
+        budget, state = self.compactor.budget, self.compactor.state
+        bad = [f"invalid for {p}: {find_problems(out, p)[:2]}" for p in ("openai", "anthropic")
+               if find_problems(out, p)]
+        if budget.history(out) > budget.effective(out):
+            bad.append(f"history {budget.history(out)} over {budget.effective(out)}")
+        self.rules += [r for r in find_constraints(seen[self.read:]) if r not in self.rules]
+        self.read = len(seen)
+        raw_user = "\n".join(content_text(m) for m in out if m["role"] == "user" and not is_generated(m))
+        summary = next((content_text(m) for m in out if is_summary(m)), "")
+        bad += [f"lost constraint {r!r}" for r in self.rules
+                if r not in raw_user and not (r in state.pinned and r in summary)]
+        kept = {id(m) for m in out}
+        leaving = [i for i, m in enumerate(seen) if id(m) not in kept and i not in self.gone]
+        if leaving:  # an original message that left never comes back, so each is checked once
+            self.archive.update(archived(self.compactor))
+            bad += [f"message {i} left unarchived" for i in leaving if as_archived(seen[i]) not in self.archive]
+            self.gone.update(leaving)
+        return bad
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("filename, window, reserved", REPLAYS, ids=["tau-bench", "swe-bench"])
+def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_archived(
+        filename, window, reserved, policy, tmp_path):
+    failures, compacted = [], 0
+    for n, conversation in enumerate(load_trajectories(filename)):
+        compactor = Compactor(context_window=window, reserved_output=reserved, policy=policy,
+                              summarize=summarize_offline, archive_dir=tmp_path / str(n))
+        promises = Promises(compactor)
+        for seen, out in replay(conversation, compactor):
+            failures += [f"run {n}, after {len(seen)} messages: {b}" for b in promises.broken(seen, out)]
+        compacted += compactor.state.compactions > 0
+    assert failures == [], f"{len(failures)} broken promises, first: {failures[:5]}"
+    assert compacted >= 20  # the window is small enough that the ladder really ran, often
