@@ -323,10 +323,11 @@ def merge_same_role(messages):
     """Join consecutive plain user texts, or plain assistant texts, keeping every word. Both OpenAI
     and Anthropic accept the merged form; each message saved is framing not paid again (lesson 14)."""
     out: list[dict] = []
+    latest = latest_user_request(messages)  # the newest request stays a message of its own
     for m in messages:
         prev = out[-1] if out else None
-        if (prev is not None and m.get("role") in ("user", "assistant") and m["role"] == prev["role"]
-                and _is_plain_text(m) and _is_plain_text(prev)):
+        if (prev is not None and m is not latest and m.get("role") in ("user", "assistant")
+                and m["role"] == prev["role"] and _is_plain_text(m) and _is_plain_text(prev)):
             out[-1] = {"role": m["role"], "content": prev["content"] + "\n\n" + m["content"]}
         else:
             out.append(m)
@@ -577,7 +578,9 @@ def summary_request(messages: list[dict], focus: str | None = None) -> list[dict
         parts.append("<previous_summary>\n" + "\n\n".join(previous) + "\n</previous_summary>\n"
                      "Update this summary with the new turns: keep what still holds, check or drop "
                      "what is marked (unverified), and drop what the new turns made obsolete.")
-    parts.append("<transcript>\n" + transcript([m for m in messages if not is_summary(m)]) + "\n</transcript>")
+    # a tool output that writes the tag itself must not end the transcript early
+    body = re.sub(r"<(/?)transcript>", r"&lt;\1transcript&gt;", transcript([m for m in messages if not is_summary(m)]))
+    parts.append("<transcript>\n" + body + "\n</transcript>")
     if focus:
         parts.append(f"Focus the summary on: {focus}")
     return [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
@@ -710,8 +713,9 @@ def _open_calls(out: list[dict]) -> list[dict]:
 
 SECRET_TOKEN = re.compile(r"\b(?:sk-[\w-]{16,}|gh[pousr]_\w{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[\w-]{10,}"
                           r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})")
-SECRET_VALUE = re.compile(r"((?:api[_-]?key|token|secret|password|passwd|bearer)[\"']?\s*[:= ]\s*[\"']?)"
-                          r"([^\s\"',;]{8,})", re.I)
+# \\* : inside tool-call arguments the quotes are escaped, as in {\"api_key\": \"…\"}
+SECRET_VALUE = re.compile(r"((?:api[_-]?key|token|secret|password|passwd|bearer)\\*[\"']?\s*[:= ]\s*\\*[\"']?)"
+                          r"([^\s\"'\\,;]{8,})", re.I)
 
 
 def mask_secrets(value):
@@ -989,7 +993,7 @@ class Compactor:
 
     def compact(self, messages: list[dict], focus: str | None = None, force: bool = False) -> list[dict]:
         """Return a list that fits, or `messages` itself when nothing needs to change."""
-        self.report, self._archived = [], set()
+        self.report, self._archived, self._summarized = [], set(), False
         start = self.lossless_at if self.policy == "zones" else self.trigger
         size = self.budget.history(messages)
         if not force and (size <= start * self.budget.effective(messages) or size <= self.state.floor):
@@ -1064,7 +1068,7 @@ class Compactor:
             return messages
         self.archive_messages(middle)
         focus = focus or (content_text(latest) if latest is not None else None)
-        self.state.summary = self.guard(middle, focus=focus)
+        self.state.summary, self._summarized = self.guard(middle, focus=focus), True
         self.remember(middle)
         ack = [ACK] if tail and tail[0].get("role") == "user" else []
         return [*messages[:head], self.summary_message(), *ack, *tail]
@@ -1114,13 +1118,18 @@ class Compactor:
             turn = [latest, *turn]
         leaving = [m for m in messages[len(system):] if not any(m is t for t in turn)]
         self.archive_messages(leaving)
-        if any(not is_generated(m) and m is not ACK for m in leaving):  # new turns leave: update the summary
+        # new turns leave and no summary ran yet in this compaction: one summarizer call at most
+        if not self._summarized and any(not is_generated(m) and m is not ACK for m in leaving):
             self.state.summary = self.guard(leaving, focus=focus)
         self.remember(leaving)
         turn = shorten_tool_arguments(snip_long_outputs(turn, self._snip_tokens() // 4, self.precise_tools),
                                       keep_last=0)
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
-        return [*system, self.summary_message(), *ack, *turn]
+        out = [*system, self.summary_message(), *ack, *turn]
+        if self.budget.history(out) > self.budget.effective(out):  # the summary itself does not fit:
+            self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
+            out = [*system, self.summary_message(), *ack, *turn]  # the pins and the archive note stay
+        return out
 
     def archive_messages(self, leaving: list[dict]) -> None:
         """Append to the archive every message not yet archived in this compaction."""

@@ -77,7 +77,8 @@ def load_config(env: dict | None = None, **overrides) -> Config:
 # Tools: bash and three file tools, all confined to one workspace folder
 # --------------------------------------------------------------------------------------------
 
-DANGEROUS = re.compile(r"\brm\s+-[a-z]*r[a-z]*f?\s+(/|~|\*)|\bsudo\b|\b(curl|wget)\b[^|]*\|\s*(ba|z)?sh\b"
+# rm with -r among any flags, aimed at /, ~ or *; sudo; a download piped into a shell; …
+DANGEROUS = re.compile(r"\brm\s+(-\S+\s+)*-\S*r\S*\s+(-\S+\s+)*(/|~|\*)|\bsudo\b|\b(curl|wget)\b[^|]*\|\s*(ba|z)?sh\b"
                        r"|\bmkfs\b|\bdd\s+if=|:\(\)\s*\{|\bchmod\s+-R\s+777\s+/|>\s*/dev/sd|\bshutdown\b|\breboot\b")
 OUTPUT_CAP = 10_000
 

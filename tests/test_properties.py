@@ -1,0 +1,327 @@
+"""Property tests: hypothesis builds thousands of agent conversations, valid and damaged, and every
+compactor must keep the same promises on all of them. Run with `-s` to see how many were generated."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections import Counter
+
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+
+import compact
+
+# Deterministic in CI: the same examples every run, no example database, no per-example deadline.
+# No shrinking either: shrinking a 60-message conversation can take minutes, so a failure prints the
+# generated case as it is (add Phase.shrink to the phases here to get a smaller one locally).
+settings.register_profile("reliability", derandomize=True, database=None, deadline=None, max_examples=120,
+                          phases=[Phase.explicit, Phase.generate], print_blob=False,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+RELIABILITY = settings(settings.get_profile("reliability"))
+GENERATED: Counter = Counter()  # cases generated, by test
+SEEN: Counter = Counter()  # the quirks the generated cases held, and what the compactors did with them
+
+# --------------------------------------------------------------------------------------------
+# Strategies: OpenAI-format agent conversations
+# --------------------------------------------------------------------------------------------
+
+WORDS = ("the cart order session returns value request handler test passed line import def class None "
+         "True self config user payload total price item checkout retry cache 42 3.14 0x1f 200 404 "
+         "src/shop/cart.py tests/test_cart.py 订单 测试 会话 ok").split()
+ERROR_LINES = ("Traceback (most recent call last):", "AssertionError: expected 3 items, got 2",
+               "E   KeyError: 'session_id'", "FAILED tests/test_cart.py::test_total - assert 41 == 42")
+CONSTRAINTS = ("Never modify the migrations folder.", "Always run the tests before you commit.",
+               "Do not add new dependencies.", "请用中文回答。")
+DECISIONS = ("I decided to use a lock because two workers write the cart.", "The fix is to round once.",
+             "Next I will run the tests again.")
+TOOLS = ("read_file", "bash", "grep", "write_file", "edit_file", "cache_get")
+
+
+def words(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choices(WORDS, k=n))
+
+
+def tool_output(rng: random.Random, lines: int) -> str:
+    out = [words(rng, rng.randint(3, 14)) for _ in range(lines)]
+    if lines > 2 and rng.random() < 0.4:
+        out.insert(rng.randrange(lines), rng.choice(ERROR_LINES))
+    return "\n".join(out)
+
+
+def arguments(rng: random.Random, name: str, big: bool) -> str:
+    path = rng.choice(("src/shop/cart.py", "src/shop/orders.py", "tests/test_cart.py", "README.md"))
+    if name == "bash":
+        return json.dumps({"command": rng.choice(("pytest -q", "ls src", "git diff", "python -m shop"))})
+    if name == "grep":
+        return json.dumps({"pattern": rng.choice(WORDS), "path": "src"})
+    if name in ("write_file", "edit_file"):
+        return json.dumps({"path": path, "content": tool_output(rng, 60 if big else 3)}, ensure_ascii=False)
+    if name == "cache_get":
+        return json.dumps({"key": f"k{rng.randint(0, 9)}"})
+    return json.dumps({"path": path})
+
+
+@st.composite
+def conversations(draw) -> list[dict]:
+    """A valid agent conversation: optional system prompt, user turns, plain assistant turns, and
+    tool-call turns with 1-3 parallel calls whose results follow right after, in any order. Ids are
+    sometimes reused by a later call, as GPT-4o does in the recorded tau-bench data."""
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    messages: list[dict] = []
+    if draw(st.booleans()):
+        size = draw(st.sampled_from((5, 40, 300, 1_200)))  # the largest leaves little of a small window
+        messages.append({"role": "system", "content": "You are a coding agent. " + words(rng, size)})
+    messages.append({"role": "user", "content": "Task: fix the cart total. " + words(rng, 12)})
+    ids: list[str] = []
+    for turn in range(draw(st.integers(1, 24))):
+        kind = draw(st.sampled_from(("user", "text", "calls", "calls", "calls")))
+        if kind == "user":
+            extra = " " + draw(st.sampled_from(CONSTRAINTS)) if draw(st.booleans()) else ""
+            pasted = "\n" + tool_output(rng, 100) if draw(st.integers(0, 9)) == 0 else ""  # a pasted log
+            messages.append({"role": "user", "content": f"Request {turn}: {words(rng, 8)}.{extra}{pasted}"})
+        elif kind == "text":
+            messages.append({"role": "assistant", "content": draw(st.sampled_from(DECISIONS)) + " " + words(rng, 10)})
+        else:
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                free = [i for i in ids if i not in {c["id"] for c in calls}]
+                reuse = free and draw(st.integers(0, 4)) == 0
+                call_id = draw(st.sampled_from(free)) if reuse else f"call_{len(ids)}"
+                ids.append(call_id)
+                name = draw(st.sampled_from(TOOLS))
+                calls.append({"id": call_id, "type": "function", "function": {
+                    "name": name, "arguments": arguments(rng, name, big=draw(st.integers(0, 5)) == 0)}})
+            content = draw(st.sampled_from((None, "", "Let me look. " + words(rng, 6))))
+            messages.append({"role": "assistant", "content": content, "tool_calls": calls})
+            size = draw(st.sampled_from((1, 2, 5, 10, 20, 40, 80, 300)))
+            results = [{"role": "tool", "tool_call_id": c["id"], "content": tool_output(rng, size)} for c in calls]
+            messages += draw(st.permutations(results))
+    return messages
+
+
+@st.composite
+def damaged_conversations(draw) -> list[dict]:
+    """A conversation with what recorded data and buggy agents produce: a call whose result is
+    missing, a result with no call before it (or a second result for one call), and system
+    messages after the start."""
+    messages = draw(conversations())
+    for n in range(draw(st.integers(1, 3))):
+        damage = draw(st.sampled_from(("missing result", "orphan result", "duplicate result", "extra system")))
+        results = [i for i, m in enumerate(messages) if m["role"] == "tool"]
+        if damage == "missing result" and results:
+            del messages[draw(st.sampled_from(results))]
+        elif damage == "duplicate result" and results:
+            i = draw(st.sampled_from(results))
+            messages.insert(i + 1, dict(messages[i]))
+        elif damage == "extra system":
+            at = draw(st.integers(1, len(messages)))
+            messages.insert(at, {"role": "system", "content": f"Late system note {n}."})
+        else:
+            orphan = {"role": "tool", "tool_call_id": f"call_orphan_{n}", "content": "stray output"}
+            messages.insert(draw(st.integers(0, len(messages))), orphan)
+    if not compact.find_problems(messages):  # a later damage undid an earlier one (a duplicate whose original went)
+        messages.append({"role": "tool", "tool_call_id": "call_orphan_last", "content": "stray output"})
+    return messages
+
+
+def squeezed_by_the_system_prompt() -> list[dict]:
+    """A system prompt that leaves about 280 of a 4,000-token window: the latest turn fits there,
+    the summary of the earlier turns does not (a large prompt on a small local model)."""
+    rng = random.Random(1)
+    messages = [{"role": "system", "content": "You are a coding agent. " + words(rng, 2_100)},
+                {"role": "user", "content": "Task: fix the cart total. Never modify the migrations folder."}]
+    for i in range(6):
+        call = {"id": f"call_{i}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/shop/m{i}.py"})}}
+        messages += [{"role": "assistant", "content": "I decided to read it because the total is wrong.",
+                      "tool_calls": [call]}, {"role": "tool", "tool_call_id": f"call_{i}", "content": tool_output(rng, 10)}]
+    return messages + [{"role": "user", "content": "Request 9: now run the tests."}]
+
+
+# --------------------------------------------------------------------------------------------
+# What every compaction must keep
+# --------------------------------------------------------------------------------------------
+
+
+def assert_valid(messages: list[dict]) -> None:
+    assert compact.find_problems(messages) == []
+    assert compact.find_problems(messages, provider="anthropic") == []
+
+
+def latest_user_text(messages: list[dict]) -> str | None:
+    latest = next((m for m in reversed(messages) if m["role"] == "user"), None)
+    return None if latest is None else latest["content"]
+
+
+def latest_turn(messages: list[dict]) -> list[dict]:
+    """The latest user message and the newest step (the last message, with its call if it is a
+    result): what any compaction has to keep, so what may legitimately not fit."""
+    start = len(messages) - 1
+    while start > 0 and messages[start]["role"] == "tool":
+        start -= 1
+    user = [m for m in messages if m["role"] == "user"][-1:]
+    return [m for m in user if not any(m is t for t in messages[start:])] + messages[start:]
+
+
+def has_own_message(messages: list[dict], text: str) -> bool:
+    return any(m["role"] == "user" and compact.content_text(m) == text for m in messages)
+
+
+def check_compaction(before: list[dict], out: list[dict], valid_input: bool, summary_may_quote: bool) -> None:
+    """What every compaction promises, whenever it changed the list."""
+    if out is before:
+        return
+    assert_valid(out)
+    if before[0]["role"] == "system":
+        assert out[0] == before[0], "the system prompt moved or changed"
+    text = latest_user_text(before)
+    in_summary = any(compact.is_summary(m) and text in compact.content_text(m) for m in out)
+    assert has_own_message(out, text) or (summary_may_quote and in_summary), "the latest user request was lost"
+    if valid_input:
+        assert compact.estimate_tokens(out) <= compact.estimate_tokens(before), "compaction grew the history"
+
+
+def run_sawtooth(messages, threshold, keep_recent):
+    return compact.compact_messages(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
+
+
+def run_compactor(messages, **options):
+    """A fresh Compactor each time; the overflow error is a result like any other."""
+    force = options.pop("force")
+    try:
+        return compact.Compactor(summarize=compact.summarize_offline, **options).compact(messages, force=force)
+    except compact.ContextOverflowError as error:
+        return error
+
+
+def check_sawtooth(messages, threshold, keep_recent, valid_input):
+    before = copy.deepcopy(messages)
+    out = run_sawtooth(messages, threshold, keep_recent)
+    SEEN["sawtooth runs: left the list as it was" if out is messages else "sawtooth runs: compacted"] += 1
+    assert messages == before  # the input is not mutated
+    assert run_sawtooth(messages, threshold, keep_recent) == out  # same input, same output
+    check_compaction(messages, out, valid_input, summary_may_quote=True)
+
+
+def check_compactor(messages, options, valid_input):
+    before = copy.deepcopy(messages)
+    out = run_compactor(messages, **options)
+    assert messages == before
+    again = run_compactor(messages, **options)
+    SEEN["Compactor runs: raised ContextOverflowError" if isinstance(out, Exception) else
+         "Compactor runs: left the list as it was" if out is messages else "Compactor runs: compacted"] += 1
+    if isinstance(out, compact.ContextOverflowError):
+        assert isinstance(again, compact.ContextOverflowError) and str(again) == str(out)
+        budget = compact.Budget(options["context_window"], options["reserved_output"])
+        assert budget.history(latest_turn(messages)) > budget.effective(messages), out
+        return
+    assert again == out
+    check_compaction(messages, out, valid_input, summary_may_quote=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The properties
+# --------------------------------------------------------------------------------------------
+
+SAWTOOTH = {"threshold": st.integers(4, 12), "keep_recent": st.integers(1, 6)}
+WINDOWS = st.fixed_dictionaries({"context_window": st.integers(2_000, 8_000),
+                                 "reserved_output": st.integers(100, 1_000), "keep_recent": st.integers(1, 6)})
+
+
+def quirks(messages: list[dict]) -> set[str]:
+    """The features of a generated list that the properties are meant to meet."""
+    calls = [m for m in messages if m.get("tool_calls")]
+    ids = [c["id"] for m in calls for c in m["tool_calls"]]
+    problems = " ".join(compact.find_problems(messages))
+    found = {"system prompt": messages[0]["role"] == "system",
+             "parallel calls": any(len(m["tool_calls"]) > 1 for m in calls),
+             "content None with calls": any(m["content"] is None for m in calls),
+             "text with calls": any(m["content"] for m in calls),
+             "plain assistant text": any(m["role"] == "assistant" and not m.get("tool_calls") for m in messages),
+             "reused call id": len(ids) > len(set(ids)),
+             "ends with a tool result": messages[-1]["role"] == "tool",
+             "ends with a user message": messages[-1]["role"] == "user",
+             "missing result": "has no result" in problems,
+             "orphan result": "no matching call" in problems,
+             "late system message": "system message after the start" in problems}
+    return {name for name, present in found.items() if present}
+
+
+@RELIABILITY
+@given(messages=conversations())
+def test_generated_conversations_are_valid(messages):
+    GENERATED["valid conversations"] += 1
+    SEEN.update(quirks(messages))
+    assert_valid(messages)
+
+
+@RELIABILITY
+@given(messages=damaged_conversations())
+def test_damaged_conversations_are_rejected_by_the_validator(messages):
+    GENERATED["damaged conversations"] += 1
+    SEEN.update(quirks(messages))
+    assert compact.find_problems(messages) != []
+
+
+@RELIABILITY
+@given(messages=conversations(), **SAWTOOTH)
+def test_sawtooth_keeps_its_promises_on_valid_conversations(messages, threshold, keep_recent):
+    GENERATED["sawtooth, valid"] += 1
+    check_sawtooth(messages, threshold, keep_recent, valid_input=True)
+
+
+@RELIABILITY
+@given(messages=damaged_conversations(), **SAWTOOTH)
+def test_sawtooth_output_is_valid_for_damaged_conversations(messages, threshold, keep_recent):
+    GENERATED["sawtooth, damaged"] += 1
+    check_sawtooth(messages, threshold, keep_recent, valid_input=False)
+
+
+@RELIABILITY
+@given(messages=conversations(), options=WINDOWS)
+@example(messages=squeezed_by_the_system_prompt(), options={"context_window": 4_000, "reserved_output": 500,
+                                                            "keep_recent": 2})
+def test_compactor_keeps_its_promises_on_valid_conversations(messages, options):
+    """Every policy, triggered by size and forced, on the same conversation."""
+    GENERATED["Compactor, valid"] += 1
+    for policy in compact.POLICIES:
+        for force in (False, True):
+            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input=True)
+
+
+@RELIABILITY
+@given(messages=damaged_conversations(), options=WINDOWS)
+def test_compactor_output_is_valid_for_damaged_conversations(messages, options):
+    GENERATED["Compactor, damaged"] += 1
+    for policy in compact.POLICIES:
+        for force in (False, True):
+            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input=False)
+
+
+@RELIABILITY
+@given(messages=st.one_of(conversations(), damaged_conversations()))
+def test_repair_makes_any_list_valid_and_is_idempotent(messages):
+    GENERATED["repair"] += 1
+    repaired = compact.repair(messages)
+    assert_valid(repaired)
+    assert compact.repair(repaired) == repaired
+
+
+def test_generated_cases_cover_every_quirk_and_outcome():
+    """Runs last. The properties above mean little if the generator never made a reused id or the
+    Compactor never overflowed; this checks it did, and prints the counts (the README reports them;
+    see them with -s)."""
+    if not SEEN["system prompt"]:  # run alone (-k): generate the conversations here
+        test_generated_conversations_are_valid()
+        test_damaged_conversations_are_rejected_by_the_validator()
+    print(f"\n[properties] {sum(GENERATED.values())} generated cases ("
+          + ", ".join(f"{name} {n}" for name, n in GENERATED.items()) + ")\n[properties] "
+          + ", ".join(f"{name} {n}" for name, n in sorted(SEEN.items())))
+    expected = {"system prompt", "parallel calls", "content None with calls", "text with calls",
+                "plain assistant text", "reused call id", "ends with a tool result", "ends with a user message",
+                "missing result", "orphan result", "late system message"}
+    assert expected <= {name for name, n in SEEN.items() if n}
+    if GENERATED["Compactor, valid"] > RELIABILITY.max_examples:  # it ran all its cases (and its example)
+        assert SEEN["Compactor runs: compacted"] and SEEN["Compactor runs: raised ContextOverflowError"]
