@@ -86,10 +86,10 @@ def main():
     compactor = zones_run(messages)
 
     show.banner("2. Lossless: merge_same_role")
-    split = [{"role": "user", "content": "Fix the login test."},
-             {"role": "user", "content": "And keep the diff small."}]
-    merged = merge_same_role(split)
-    print(f"[merge] {len(split)} user messages → {len(merged)}: {merged[0]['content']!r}")
+    split = [{"role": "assistant", "content": "The login test passes now."},
+             {"role": "assistant", "content": "The diff is small."}]
+    merged = merge_same_role(split)  # the user's latest request is never merged: it stays verbatim
+    print(f"[merge] {len(split)} assistant messages → {len(merged)}: {merged[0]['content']!r}")
 
     show.banner("3. A never-compress tool keeps its results verbatim")
     for precise in ((), ("bash",)):

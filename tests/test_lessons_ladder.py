@@ -95,7 +95,7 @@ LESSONS = [
     ], ["NOT raised"], id="13"),
     pytest.param("14_zones.py", [
         "lossless (tokens removed)", "more lossless-only passes", re.compile(r"snip -[\d,]+"),
-        "[merge] 2 user messages → 1: 'Fix the login test.\\n\\nAnd keep the diff small.'",
+        "[merge] 2 assistant messages → 1: 'The login test passes now.\\n\\nThe diff is small.'",
         re.compile(r"precise_tools=\(\) +bash results altered while in context: [1-9]"),
         re.compile(r"precise_tools=\('bash',\) bash results altered while in context: 0 of [1-9]"),
         "snipped (no model)", re.compile(r"\[admit\] run_sql .*verbatim"),
