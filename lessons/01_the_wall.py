@@ -16,7 +16,7 @@ Every request re-sends all earlier ones, so if each iteration adds about k token
 holds about n·k tokens, and the n requests together cost k·n²/2: quadratic in the iterations.
 
 What changed: nothing yet. This is the starting point, the loop with no compaction at all.
-Try it: raise WINDOW to 12_000 and the loop finishes; add names to FILES and it hits the wall again.
+Try it: raise WINDOW to 12_000 and the loop finishes; add names to show.SHOP_FILES and it hits the wall again.
 Explains tiny_agent.py: run, DemoModel, ContextLengthExceeded, is_context_overflow ("the loop").
 Run: python lessons/01_the_wall.py
 """
@@ -32,17 +32,6 @@ from tiny_agent import (DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Wor
                         is_context_overflow, new_session, run)
 
 WINDOW = 4_000  # tokens the demo model accepts, like a (very small) real model
-FILES = ["cart", "orders", "users", "billing", "search", "mailer", "reports", "auth", "stock", "coupons"]
-
-
-def make_project(folder: Path) -> None:
-    """A few small Python modules for the agent to survey."""
-    for name in FILES:
-        functions = "\n\n".join(
-            f"def {verb}_{name}(item, limit=10):\n    \"\"\"{verb.title()} one {name} entry.\"\"\"\n"
-            f"    # TODO: handle a missing {name}\n    return [item] * min(limit, {i + 3})\n"
-            for i, verb in enumerate(["load", "save", "check", "render", "delete", "export", "merge"]))
-        (folder / f"{name}.py").write_text(f'"""The {name} module of a small shop."""\n\n{functions}')
 
 
 def recording(model, sent: list[int]):
@@ -59,7 +48,7 @@ def main() -> None:
     show.banner(f"The loop with no compaction, a model whose window is {WINDOW:,} tokens")
     sent: list[int] = []
     with tempfile.TemporaryDirectory(prefix="lesson01-") as folder:
-        make_project(Path(folder))
+        show.make_project(Path(folder))
         session, model, error = new_session(Config(strategy="none")), DemoModel(window=WINDOW), None
         try:
             run(session, DEMO_TASK, recording(model, sent), Workspace(Path(folder)), log=lambda line: None)

@@ -31,17 +31,6 @@ from compact import (files_touched, find_cut, find_problems, is_summary, model_c
 from tiny_agent import DEMO_TASK, Config, DemoModel, Workspace, new_session, run, sawtooth_chart
 
 WINDOW, THRESHOLD, KEEP_RECENT = 4_000, 16, 4
-FILES = ["cart", "orders", "users", "billing", "search", "mailer", "reports", "auth", "stock", "coupons"]
-
-
-def make_project(folder: Path) -> None:
-    """The same small Python modules as lesson 01."""
-    for name in FILES:
-        functions = "\n\n".join(
-            f"def {verb}_{name}(item, limit=10):\n    \"\"\"{verb.title()} one {name} entry.\"\"\"\n"
-            f"    # TODO: handle a missing {name}\n    return [item] * min(limit, {i + 3})\n"
-            for i, verb in enumerate(["load", "save", "check", "render", "delete", "export", "merge"]))
-        (folder / f"{name}.py").write_text(f'"""The {name} module of a small shop."""\n\n{functions}')
 
 
 def watched_summarizer(summaries: list[tuple[list[dict], str]]):
@@ -87,7 +76,7 @@ def main() -> None:
             print(line)
 
     with tempfile.TemporaryDirectory(prefix="lesson02-") as folder:
-        make_project(Path(folder))
+        show.make_project(Path(folder))
         session = new_session(Config(strategy="sawtooth", threshold=THRESHOLD, keep_recent=KEEP_RECENT),
                               summarize=watched_summarizer(summaries))
         answer = run(session, DEMO_TASK, DemoModel(window=WINDOW), Workspace(Path(folder)), log=log)

@@ -53,3 +53,16 @@ def sizes(label: str, before: list[dict], after: list[dict]) -> None:
     b, a = estimate_tokens(before), estimate_tokens(after)
     print(f"[{label}] {len(before)} → {len(after)} messages, ~{b:,} → ~{a:,} tokens "
           f"({(a - b) / max(b, 1):+.0%})")
+
+
+SHOP_FILES = ["cart", "orders", "users", "billing", "search", "mailer", "reports", "auth", "stock", "coupons"]
+
+
+def make_project(folder: Path) -> None:
+    """A few small Python modules for the agent to survey."""
+    for name in SHOP_FILES:
+        functions = "\n\n".join(
+            f"def {verb}_{name}(item, limit=10):\n    \"\"\"{verb.title()} one {name} entry.\"\"\"\n"
+            f"    # TODO: handle a missing {name}\n    return [item] * min(limit, {i + 3})\n"
+            for i, verb in enumerate(["load", "save", "check", "render", "delete", "export", "merge"]))
+        (folder / f"{name}.py").write_text(f'"""The {name} module of a small shop."""\n\n{functions}')
