@@ -279,6 +279,13 @@ def test_sawtooth_output_is_valid_for_damaged_conversations(messages, threshold,
     check_sawtooth(messages, threshold, keep_recent, valid_input=False)
 
 
+def check_every_policy(messages: list[dict], options: dict, valid_input: bool) -> None:
+    """Every policy, triggered by size and forced, on the same conversation."""
+    for policy in compact.POLICIES:
+        for force in (False, True):
+            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input=valid_input)
+
+
 @RELIABILITY
 @given(messages=conversations(), options=WINDOWS)
 @example(messages=squeezed_by_the_system_prompt(), options={"context_window": 4_000, "reserved_output": 500,
@@ -286,18 +293,14 @@ def test_sawtooth_output_is_valid_for_damaged_conversations(messages, threshold,
 def test_compactor_keeps_its_promises_on_valid_conversations(messages, options):
     """Every policy, triggered by size and forced, on the same conversation."""
     GENERATED["Compactor, valid"] += 1
-    for policy in compact.POLICIES:
-        for force in (False, True):
-            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input=True)
+    check_every_policy(messages, options, valid_input=True)
 
 
 @RELIABILITY
 @given(messages=damaged_conversations(), options=WINDOWS)
 def test_compactor_output_is_valid_for_damaged_conversations(messages, options):
     GENERATED["Compactor, damaged"] += 1
-    for policy in compact.POLICIES:
-        for force in (False, True):
-            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input=False)
+    check_every_policy(messages, options, valid_input=False)
 
 
 @RELIABILITY
