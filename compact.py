@@ -1129,6 +1129,8 @@ class Compactor:
         if self.budget.history(out) > self.budget.effective(out):  # the summary itself does not fit:
             self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
             out = [*system, self.summary_message(), *ack, *turn]  # the pins and the archive note stay
+        if self.budget.history(out) > self.budget.effective(out):  # not even the note: the turn alone
+            out = [*system, *turn]
         return out
 
     def archive_messages(self, leaving: list[dict]) -> None:
