@@ -103,6 +103,16 @@ def test_the_workspace_refuses_paths_that_lead_outside(ws, outside, name, path):
     assert outside.read_text() == "TOP SECRET"
 
 
+def test_the_workspace_refuses_an_absolute_path_even_inside_it(ws):
+    inside = ws.root.resolve() / "notes.txt"
+    assert inside.is_file()
+    with pytest.raises(tiny_agent.ToolError, match="must be relative to the workspace"):
+        ws.path(str(inside))
+    assert ws.path("notes.txt") == inside  # the same file, named relative to the workspace, is fine
+    result = tool(ws, "read_file", path=str(inside))
+    assert result.startswith("error: ") and "alpha beta" not in result
+
+
 def test_a_command_over_the_timeout_is_stopped(ws):
     ws.timeout = 0.2
     assert tool(ws, "bash", command="sleep 5") == "error: the command ran longer than 0.2 s and was stopped: sleep 5"
@@ -137,7 +147,7 @@ def test_the_offline_demo_compacts_draws_the_chart_and_leaves_the_repo_alone(cap
     assert lines[0].startswith("[demo]")
     assert sum(line.startswith("[compact]") for line in lines) >= 2
     assert "# Survey of the Python sources" in out and "| compact.py |" in out
-    assert "messages sent at each of" in out and "[done]" in out
+    assert "tokens sent at each of" in out and "[done]" in out
     assert not (tiny_agent.HERE / "REPORT.md").exists() and not (tmp_path / "REPORT.md").exists()
 
 
@@ -160,8 +170,8 @@ def test_is_context_overflow_recognises_only_too_long_refusals(error, overflow):
     assert is_context_overflow(error) is overflow
 
 
-def scripted_input(monkeypatch, items: list) -> None:
-    """Answer input() from a list; an exception class in it is raised instead."""
+def scripted_input(items: list):
+    """A read() for the REPL that answers from a list; an exception class in it is raised instead."""
     queue = iter(items)
 
     def answer(prompt=""):
@@ -169,16 +179,17 @@ def scripted_input(monkeypatch, items: list) -> None:
         if isinstance(item, type):
             raise item
         return item
-    monkeypatch.setattr("builtins.input", answer)
+    return answer
 
 
-@pytest.mark.parametrize("quit_with", ["", EOFError])
-def test_the_repl_keeps_the_history_across_questions(fake_openai, monkeypatch, capsys, tmp_path, quit_with):
+# changed with the redesign: an empty line no longer quits the REPL (it is skipped); /exit or Ctrl-D do
+@pytest.mark.parametrize("quit_with", ["/exit", EOFError])
+def test_the_repl_keeps_the_history_across_questions(fake_openai, capsys, tmp_path, quit_with):
     answers = iter(["Paris.", "About two million people."])
     server = fake_openai(lambda body: (200, chat_response(next(answers))))
-    scripted_input(monkeypatch, ["What is the capital of France?", "How many people live there?", quit_with])
+    read = scripted_input(["What is the capital of France?", "", "How many people live there?", quit_with])
     session = new_session(Config())
-    repl(session, openai_model(compact.make_client(), "test-model"), Workspace(tmp_path))
+    repl(session, openai_model(compact.make_client(), "test-model"), Workspace(tmp_path), read=read)
     second = server.requests[1]["messages"]
     assert [m["content"] for m in second[1:]] == ["What is the capital of France?", "Paris.",
                                                    "How many people live there?"]
@@ -187,15 +198,18 @@ def test_the_repl_keeps_the_history_across_questions(fake_openai, monkeypatch, c
     assert len(server.requests) == 2
 
 
-def test_the_sawtooth_chart_draws_one_bottom_aligned_column_per_iteration():
-    counts = [4, 8, 12, 16, 6, 10, 14, 5]
-    lines = sawtooth_chart(counts, height=8).split("\n")
+def test_the_sawtooth_chart_draws_one_bottom_aligned_column_per_request():
+    # changed with the redesign: the chart takes (messages, tokens) per request and its columns are
+    # tokens; the message counts are listed below it
+    tokens = [400, 800, 1_200, 1_600, 600, 1_000, 1_400, 500]
+    messages = [9, 9, 3, 9, 9, 3, 9, 9]  # not the shape of the tokens: the columns must follow the tokens
+    lines = sawtooth_chart(list(zip(messages, tokens)), height=8).split("\n")
     assert len(lines) == 8 + 2
-    assert lines[0].startswith("  16 ┤") and lines[4].startswith("   8 ┤")
-    assert lines[8] == "     └" + "─" * len(counts)
-    assert lines[9].strip() == "messages sent at each of 8 iterations"
-    columns = ["".join(row[6 + j] for row in lines[:8]) for j in range(len(counts))]
-    assert columns == [" " * (8 - c // 2) + "█" * (c // 2) for c in counts]  # each row is 16 / 8 = 2 messages
+    assert lines[0].startswith("  1,600 ┤") and lines[4].startswith("    800 ┤")
+    assert lines[8] == "        └" + "─" * len(tokens)
+    assert lines[9].strip() == "tokens sent at each of 8 requests; messages: 9 9 3 9 9 3 9 9"
+    columns = ["".join(row[9 + j] for row in lines[:8]) for j in range(len(tokens))]
+    assert columns == [" " * (8 - t // 200) + "█" * (t // 200) for t in tokens]  # each row is 1,600 / 8 = 200
 
 
 def test_the_sawtooth_chart_of_nothing_is_empty():

@@ -1,7 +1,9 @@
 """Failure injection: the summarizer raises, hangs, answers nothing, too much, or an error message,
 or the model server answers 429/500. Compaction must still fit the window, archive every message
 before it leaves, keep the failure's text out of the context, and stop calling a summarizer that
-keeps failing (the breaker). Run with `-s` to see how many failures were injected."""
+keeps failing (the breaker). A summarizer that answers but badly is checked and backfilled, a message
+without a role is refused, and a history no step can shrink is not summarized again and again. Run
+with `-s` to see how many failures were injected."""
 
 from __future__ import annotations
 
@@ -16,22 +18,43 @@ from conversations import generate_conversation
 
 HISTORY = generate_conversation(20, seed=7).messages  # about 22k tokens: over the trigger of WINDOW
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
-INJECTED: Counter = Counter()  # failures injected, by kind
+TALLY: Counter = Counter()  # failures injected by this file's tests, only printed at the end (use -s)
 GOOD_SUMMARY = "## Goal\n- fix the failing cart total test\n\n## Progress\n- reproduced the failure"
 
 
-class FailingSummarizer:
-    """A summarizer that fails in one way while `failing` is set, and counts its calls. A hanging
-    one waits on `release`, which the test sets at the end so no thread outlives it."""
+@pytest.fixture(scope="module", autouse=True)
+def report_injected():
+    yield
+    if TALLY:
+        print(f"\n[failures] {sum(TALLY.values())} failures injected: "
+              + ", ".join(f"{kind} {n}" for kind, n in sorted(TALLY.items())))
 
-    def __init__(self, kind: str):
+
+@pytest.fixture
+def injected():
+    """This test's own count of the failures it injected, by kind. A test that takes it and injects
+    nothing errors at teardown: the failure it claims to survive never happened."""
+    counts: Counter = Counter()
+    yield counts
+    TALLY.update(counts)
+    assert counts, "this test injected no failure"
+
+
+class FailingSummarizer:
+    """A summarizer that fails in one way while `failing` is set, and counts its calls (in `injected`
+    too when it fails). A hanging one waits on `release`, which the test sets at the end so no thread
+    outlives it. `given` is the last call's (messages, focus)."""
+
+    def __init__(self, kind: str, injected: Counter):
         self.kind, self.calls, self.failing, self.release = kind, 0, True, threading.Event()
+        self.injected, self.given = injected, None
 
     def __call__(self, messages, focus=None):
         self.calls += 1
+        self.given = (list(messages), focus)
         if not self.failing:
             return GOOD_SUMMARY
-        INJECTED[self.kind] += 1
+        self.injected[self.kind] += 1
         if self.kind == "raises":
             raise RuntimeError("summarizer crashed: connection reset by peer")
         if self.kind == "hangs":
@@ -48,12 +71,12 @@ LEAKS = {"raises": "connection reset", "hangs": "arrives too late", "huge": "wor
 
 
 @pytest.fixture
-def failing(request):
+def failing(injected):
     """FailingSummarizer(kind), released when the test ends."""
     made = []
 
     def make(kind):
-        made.append(FailingSummarizer(kind))
+        made.append(FailingSummarizer(kind, injected))
         return made[-1]
     yield make
     for summarizer in made:
@@ -61,7 +84,8 @@ def failing(request):
 
 
 def compactor(tmp_path, summarize, policy="hybrid") -> compact.Compactor:
-    c = compact.Compactor(policy=policy, summarize=summarize, archive_dir=tmp_path / "archive", **WINDOW)
+    c = compact.Compactor(policy=policy, summarize=summarize, archive=compact.Archive.in_folder(tmp_path / "archive"),
+                          **WINDOW)
     c.guard.timeout = 0.2  # a hanging summarizer is abandoned after 0.2 s (it waits on an Event, not a sleep)
     return c
 
@@ -97,24 +121,11 @@ def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing
     assert_fits_and_archived(c, HISTORY, out)
     summary = next(m for m in out if compact.is_summary(m))
     assert "## Goal" in compact.content_text(summary)
+    # the structured offline summary of exactly what the failing summarizer was given took over
+    assert compact.summary_body(summary) == compact.summarize_structured(*summarizer.given)
     assert c.guard.last_error not in context_text(out)
     if kind in LEAKS:
         assert LEAKS[kind] not in context_text(out)
-
-
-def test_the_middle_is_archived_before_the_summarizer_sees_it(tmp_path):
-    """If the summarizer (or the process) dies, what it was given is already on disk."""
-    unarchived = []
-
-    def summarize(messages, focus=None):
-        archived = [record["message"] for record in c.archive.records()]
-        unarchived.extend(m for m in messages if compact.mask_secrets(m) not in archived)
-        INJECTED["raises"] += 1
-        raise RuntimeError("summarizer crashed")
-
-    c = compactor(tmp_path, summarize)
-    assert_fits_and_archived(c, HISTORY, c.compact(HISTORY))
-    assert unarchived == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,6 +166,36 @@ def test_a_success_resets_the_failure_count(tmp_path, failing):
 
 
 # --------------------------------------------------------------------------------------------
+# A summarizer that answers, but badly: the guard checks its claims and backfills what it dropped
+# --------------------------------------------------------------------------------------------
+
+CART_WORK = [
+    {"role": "user", "content": "Fix order HAT123: the cart total in src/cart.py is wrong."},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "pytest -q"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "src/cart.py:42: in total\nKeyError: 'cart_total'\n1 failed"},
+    {"role": "assistant", "content": "The total reads a missing key."},
+]
+
+
+def test_the_guard_marks_a_model_summary_claim_its_source_does_not_back_up():
+    guard = compact.SummaryGuard(lambda messages, focus=None:
+                                 "## Progress\n- src/cart.py fails at line 42\n- patched src/ghost.py at line 4242")
+    lines = guard(CART_WORK).split("\n")
+    assert "- src/cart.py fails at line 42" in lines  # its facts are in the messages
+    assert f"- patched src/ghost.py at line 4242 {compact.UNVERIFIED}" in lines
+    assert guard.last_error == ""
+
+
+def test_the_guard_backfills_identifiers_and_errors_a_weak_model_summary_dropped():
+    guard = compact.SummaryGuard(lambda messages, focus=None: "## Progress\n- looked into the cart")
+    text = guard(CART_WORK)
+    assert text.startswith("## Progress\n- looked into the cart\n")  # the model's summary comes first
+    assert "KeyError: 'cart_total'" in text and "HAT123" in text and "src/cart.py" in text
+    assert guard.last_error == ""
+
+
+# --------------------------------------------------------------------------------------------
 # The model server fails: the real openai client against a local server answering 429 or 500
 # --------------------------------------------------------------------------------------------
 
@@ -167,25 +208,26 @@ SERVER_ERRORS = {429: {"error": {"message": "Rate limit reached for gpt-4o-mini"
 @pytest.mark.parametrize("summarize", [None, compact.summarize_with_model],
                          ids=["summarize_default", "summarize_with_model"])
 @pytest.mark.parametrize("status", sorted(SERVER_ERRORS))
-def test_a_failing_model_server_still_leaves_a_history_that_fits(tmp_path, fake_openai, status, summarize):
+def test_a_failing_model_server_still_leaves_a_history_that_fits(tmp_path, fake_openai, injected, status, summarize):
     server = fake_openai(lambda body: (status, SERVER_ERRORS[status]))
-    c = compact.Compactor(policy="hybrid", summarize=summarize, archive_dir=tmp_path / "archive", **WINDOW)
+    c = compact.Compactor(policy="hybrid", summarize=summarize, archive=compact.Archive.in_folder(tmp_path / "archive"),
+                          **WINDOW)
     out = c.compact(HISTORY)
-    INJECTED[f"server {status}"] += len(server.requests)
+    injected[f"server {status}"] += len(server.requests)
     assert server.requests  # the real client did reach the server (and retried)
     assert_fits_and_archived(c, HISTORY, out)
     assert SERVER_ERRORS[status]["error"]["message"] not in context_text(out)
     assert "## Goal" in context_text(out)  # the offline summary took over
 
 
-def test_the_breaker_stops_calling_a_failing_model_server(tmp_path, fake_openai):
+def test_the_breaker_stops_calling_a_failing_model_server(tmp_path, fake_openai, injected):
     server = fake_openai(lambda body: (429, SERVER_ERRORS[429]))
     c = compact.Compactor(policy="hybrid", summarize=compact.summarize_with_model,
-                          archive_dir=tmp_path / "archive", **WINDOW)
+                          archive=compact.Archive.in_folder(tmp_path / "archive"), **WINDOW)
     compact_until_the_breaker_opens(c)
     assert "RateLimitError" in c.guard.last_error
     sent = len(server.requests)
-    INJECTED["server 429"] += sent
+    injected["server 429"] += sent
     for _ in range(c.guard.cooldown):
         assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, force=True))
     assert len(server.requests) == sent
@@ -229,7 +271,7 @@ STUBBORN = {  # histories compaction can barely shrink: the system prompt or the
 @pytest.mark.parametrize("policy", compact.POLICIES)
 @pytest.mark.parametrize("history", list(STUBBORN.values()), ids=list(STUBBORN))
 def test_compaction_terminates_and_does_not_repeat_on_its_own_output(tmp_path, policy, history):
-    c = compact.Compactor(policy=policy, summarize=compact.summarize_offline, **WINDOW)
+    c = compact.Compactor(policy=policy, summarize=compact.summarize_structured, **WINDOW)
     out = finishes(lambda: c.compact(history))
     if isinstance(out, compact.ContextOverflowError):
         return  # allowed: even the last resort could not fit (tests/test_properties.py checks when)
@@ -240,7 +282,7 @@ def test_compaction_terminates_and_does_not_repeat_on_its_own_output(tmp_path, p
 def test_the_stubborn_histories_take_every_branch():
     """The test above accepts ContextOverflowError; make sure it also sees a history left over the
     trigger (the next call must not compact it again) and an ordinary one."""
-    compactors = {name: compact.Compactor(summarize=compact.summarize_offline, **WINDOW) for name in STUBBORN}
+    compactors = {name: compact.Compactor(summarize=compact.summarize_structured, **WINDOW) for name in STUBBORN}
     outcomes = {name: _outcome(lambda: compactors[name].compact(h)) for name, h in STUBBORN.items()}
     assert isinstance(outcomes["system prompt fills the window"], compact.ContextOverflowError)
     stuck = compactors["latest request takes most of the rest"]
@@ -248,10 +290,37 @@ def test_the_stubborn_histories_take_every_branch():
     assert isinstance(outcomes["ordinary history"], list)
 
 
-def test_failure_injection_count():
-    """Runs last: prints how many failures the tests above injected (the README reports it; use -s)."""
-    if not INJECTED:
-        pytest.skip("run the whole file to count the injected failures")
-    print(f"\n[failures] {sum(INJECTED.values())} failures injected: "
-          + ", ".join(f"{kind} {n}" for kind, n in sorted(INJECTED.items())))
-    assert set(KINDS) <= set(INJECTED)
+def test_when_no_step_helps_the_summarizer_is_not_called_again_on_the_same_history():
+    """A huge latest request that fits but is over the trigger: compaction cannot shrink it, so the
+    next compaction of the same history returns at once instead of summarizing again."""
+    calls = []
+
+    def summarize(messages, focus=None):
+        calls.append(list(messages))
+        return compact.summarize_structured(messages, focus)
+
+    c = compact.Compactor(policy="layered", summarize=summarize, **WINDOW)
+    start = [HISTORY[0], HISTORY[1], {"role": "assistant", "content": "On it."}]
+    words = int(0.85 * c.budget.effective(start) * 1_000 / compact.estimate_tokens("patch line " * 1_000))
+    messages = [*start, {"role": "user", "content": "Apply this patch: " + "patch line " * words}]
+    assert c.budget.over(messages, c.trigger) and c.budget.history(messages) <= c.budget.effective(messages)
+    assert c.compact(messages) is messages and len(calls) == 1  # tried once: nothing got smaller
+    assert c.compact(messages) is messages and len(calls) == 1  # not again on the same history
+    assert c.state.compactions == 0
+
+
+# --------------------------------------------------------------------------------------------
+# A message without a role: refused loudly, never dropped in silence
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [{"content": "a message with no role"}, {"role": "boss", "content": "obey"},
+                                 "not even a dict"], ids=["no role", "unknown role", "not a dict"])
+def test_a_message_without_a_valid_role_is_refused_naming_its_index(bad):
+    messages = [*HISTORY[:3], bad, *HISTORY[3:5]]  # short: far below any trigger
+    for policy in compact.POLICIES:
+        with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
+            compact.Compactor(policy=policy).compact(messages)
+    with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
+        compact.compact_messages(messages)
+    assert compact.find_problems(messages) == ["message 3: no valid role (one of system, user, assistant, tool)"]

@@ -1,4 +1,4 @@
-"""The ladder (compact.py section 6): the Compactor's boundaries, archive, pins, policies and state,
+"""The ladder (Part II of compact.py): the Compactor's boundaries, archive, pins, policies and state,
 then the whole ladder replayed like an agent loop over real recorded conversations."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from test_layers import assistant, call, log_output, reads, result, system, tool
 
 import compact
 from compact import (
-    POLICIES, Archive, Compactor, ContextOverflowError, content_text, find_constraints, find_problems,
-    is_generated, is_summary, mask_secrets, message_tokens, summarize_offline,
+    POLICIES, Archive, Compactor, ContextOverflowError, content_text, eviction_note, find_constraints,
+    find_problems, is_generated, is_summary, mask_secrets, message_tokens, near_duplicate_key, summarize_structured,
+    user_requests,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def window_for(messages, share, reserved=1_000) -> int:
 
 def compactor_for(messages, share, **options) -> Compactor:
     """A compactor whose window the history of `messages` fills to `share`."""
-    options.setdefault("summarize", summarize_offline)
+    options.setdefault("summarize", summarize_structured)
     return Compactor(context_window=window_for(messages, share), reserved_output=1_000, **options)
 
 
@@ -51,7 +52,7 @@ def recorder(calls):
     """A summarizer that records each call, then summarizes offline."""
     def summarize(messages, focus=None):
         calls.append(list(messages))
-        return summarize_offline(messages, focus)
+        return summarize_structured(messages, focus)
     return summarize
 
 
@@ -123,24 +124,29 @@ def summarized_history() -> list[dict]:
     return [*task(), *chat(12), user("Now write the changelog.")]
 
 
-def test_messages_are_archived_before_the_summarizer_replaces_them(tmp_path):
+@pytest.mark.parametrize("answers", [True, False], ids=["summarizer answers", "summarizer raises"])
+def test_messages_are_archived_before_the_summarizer_sees_them(tmp_path, answers):
+    """If the summarizer (or the process) dies, what it was given is already on disk."""
     messages = summarized_history()
     unarchived = []
 
     def summarize(middle, focus=None):
         unarchived.append([m for m in middle if as_archived(m) not in archived(compactor)])
-        return summarize_offline(middle, focus)
+        if not answers:
+            raise RuntimeError("summarizer crashed")
+        return summarize_structured(middle, focus)
 
-    compactor = compactor_for(messages, 0.9, summarize=summarize, archive_dir=tmp_path)
+    compactor = compactor_for(messages, 0.9, summarize=summarize, archive=Archive.in_folder(tmp_path))
     out = compactor.compact(messages)
-    assert unarchived == [[]]
+    assert unarchived == [[]]  # called once, with every message it was given already archived
     gone = [m for m in messages if not any(m is k for k in out)]
     assert gone and {as_archived(m) for m in gone} <= set(archived(compactor))
+    assert not compactor.budget.over(out, compactor.target) and find_problems(out) == []
 
 
 def test_the_summary_names_the_archive_and_search_and_read_find_messages(tmp_path):
     messages = summarized_history()
-    compactor = compactor_for(messages, 0.9, archive_dir=tmp_path)
+    compactor = compactor_for(messages, 0.9, archive=Archive.in_folder(tmp_path))
     out = compactor.compact(messages)
     path = compactor.archive.path
     assert path.parent == tmp_path and str(path) in content_text(summary_of(out))
@@ -150,19 +156,24 @@ def test_the_summary_names_the_archive_and_search_and_read_find_messages(tmp_pat
     assert json.loads(Archive(path).read(number))["content"].startswith("Answer 3:")
 
 
-def test_the_archive_file_is_readable_by_its_owner_only(tmp_path):
-    messages = summarized_history()
-    compactor = compactor_for(messages, 0.9, archive_dir=tmp_path / "archive")
-    compactor.compact(messages)
-    assert compactor.archive.path.stat().st_mode & 0o777 == 0o600
+def test_archive_search_returns_the_newest_hits_not_the_oldest(tmp_path):
+    archive = Archive(tmp_path / "session.jsonl")
+    archive.append([user(f"needle {k} in the haystack") for k in range(8)], compaction=1)
+    archive.append([user("no match here")], compaction=2)
+    hits = archive.search("needle", limit=3).split("\n")
+    assert [h.split()[0] for h in hits] == ["#5", "#6", "#7"]
+    assert "needle 7" in hits[-1]
 
 
-def test_secrets_are_masked_in_the_archive(tmp_path):
-    messages = [*task(), user("Use the key sk-abcdefghijklmnopqrstuvwx for the API."), *chat(12), user("Go.")]
-    compactor = compactor_for(messages, 0.9, archive_dir=tmp_path)
-    compactor.compact(messages)
-    text = compactor.archive.path.read_text(encoding="utf-8")
-    assert "sk-abcdefghijklmnopqrstuvwx" not in text and "[secret masked]" in text
+def test_archive_read_snips_long_content_and_keeps_its_error_lines(tmp_path):
+    archive = Archive(tmp_path / "session.jsonl")
+    lines = [f"line {i}: ordinary output" for i in range(2_000)]
+    lines[1_000] = "KeyError: 'cart_total'"
+    archive.append([result("c1", "\n".join(lines))], compaction=1)
+    shown = json.loads(archive.read(0, max_chars=2_000))["content"]
+    assert len(shown) < 2_500 and len("\n".join(lines)) > 40_000  # about max_chars, with the cut marker
+    assert "cut …]" in shown and "KeyError: 'cart_total'" in shown
+    assert shown.startswith("line 0:") and shown.endswith("line 1999: ordinary output")
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +190,7 @@ def grow(compactor, messages, new) -> list[dict]:
 
 def test_pinned_constraints_survive_five_compactions_verbatim():
     messages = [*task(), assistant("On it."), user(RULES)]
-    compactor = Compactor(context_window=12_000, reserved_output=1_000, summarize=summarize_offline)
+    compactor = Compactor(context_window=12_000, reserved_output=1_000, summarize=summarize_structured)
     wanted = find_constraints([user(RULES)])
     k = 0
     while compactor.state.compactions < 5:
@@ -194,8 +205,21 @@ def test_pinned_constraints_survive_five_compactions_verbatim():
     assert not any(RULES in content_text(m) for m in messages if not is_generated(m))  # they left
 
 
+def test_near_duplicate_constraints_are_pinned_once():
+    said = ["Please always provide EXACTLY ONE action in triple backticks, found 3 actions.",
+            "Please always provide EXACTLY ONE action in triple backticks, found 2 actions."]
+    messages = [*task(), *chat(2), user(said[0]), *chat(2, start=2), user(said[1]), *chat(8, start=4), user("Go on.")]
+    compactor = compactor_for(messages, 0.9)
+    out = compactor.compact(messages)
+    assert not any(s in content_text(m) for s in said for m in user_requests(out))  # both left the list
+    assert compactor.state.pinned == [said[0]]
+    summary = summary_of(out)
+    assert compact.parse_summary(compact.summary_body(summary))["User constraints (verbatim)"] == [said[0]]
+    assert content_text(summary).split(compact.EXTRA_RULE)[1].count("EXACTLY ONE action") == 1  # the pins
+
+
 def test_compact_state_lasts_across_compactions():
-    compactor = Compactor(context_window=5_000, reserved_output=1_000, summarize=summarize_offline)
+    compactor = Compactor(context_window=5_000, reserved_output=1_000, summarize=summarize_structured)
     messages, changed, saved = task(), 0, 0
     for k in range(12):
         grown = [*messages, *reads(1, start=k), user(f"Next {k}. " * 60)]
@@ -222,7 +246,7 @@ def test_hybrid_keeps_the_last_messages_raw_and_a_rolling_summary():
     out = compactor.compact(messages)
     assert out[:2] == messages[:2] and is_summary(out[2])
     assert all(a is b for a, b in zip(out[-6:], messages[-6:]))
-    assert step_names(compactor) == ["summary"]
+    assert step_names(compactor) == ["reasoning", "summary"]
     later = compactor.compact([*out, *chat(12, start=50), user("And the release notes.")])
     assert [m for m in later if is_summary(m)] == [summary_of(later)]  # one summary, rolled forward
     goal = compact.parse_summary(compact.summary_body(summary_of(later)))["Goal"]
@@ -241,12 +265,25 @@ def test_below_the_trigger_compact_returns_the_same_list():
     assert compactor.state.compactions == 0
 
 
+def test_the_first_rung_drops_old_reasoning_and_nothing_else_when_that_is_enough():
+    thinking = "Let me think about the refactor step by step. " * 400
+    messages = [*task()]
+    for k in range(4):
+        messages += [{**assistant(f"Step {k} done."), "reasoning_content": thinking}, user(f"Now step {k + 1}.")]
+    calls = []
+    compactor = compactor_for(messages, 0.8, summarize=recorder(calls))
+    out = compactor.compact(messages)
+    assert step_names(compactor) == ["reasoning"] and calls == []
+    assert [m.get("reasoning_content") for m in out if m["role"] == "assistant"] == [None, None, None, None]
+    assert [content_text(m) for m in out] == [content_text(m) for m in messages]  # every word stays
+
+
 def test_a_history_masking_fixes_never_calls_the_summarizer():
     messages = [*task(), *reads(10), assistant("All read."), user("Now refactor mod9.")]
     calls = []
     compactor = compactor_for(messages, 0.8, summarize=recorder(calls))
     out = compactor.compact(messages)
-    assert step_names(compactor) == ["mask"]
+    assert step_names(compactor) == ["reasoning", "mask"]
     assert calls == []
     assert not compactor.budget.over(out, compactor.target) and find_problems(out) == []
 
@@ -256,45 +293,97 @@ def test_layers_run_cheapest_first_and_stop_as_soon_as_it_fits():
     calls = []
     compactor = compactor_for(messages, 0.9, summarize=recorder(calls))
     out = compactor.compact(messages)
-    assert step_names(compactor) == ["mask", "snip", "clear", "dedupe", "shorten", "summary"]
+    assert step_names(compactor) == ["reasoning", "mask", "snip", "clear", "dedupe", "shorten", "summary"]
     assert len(calls) == 1
     assert not compactor.budget.over(out, compactor.target)
     assert find_problems(out) == [] and find_problems(out, provider="anthropic") == []
-
-
-FAILURES = {"raises": RuntimeError("summary service is down"), "empty": "",
-            "error text": "Error 429: rate limit exceeded, try again later"}
-
-
-def failing_summarizer(kind, calls):
-    """A summarizer that records each call and then fails the way `kind` says."""
-    def summarize(messages, focus=None):
-        calls.append(list(messages))
-        if isinstance(FAILURES[kind], Exception):
-            raise FAILURES[kind]
-        return FAILURES[kind]
-    return summarize
-
-
-@pytest.mark.parametrize("kind", FAILURES)
-def test_a_failing_summarizer_hands_on_to_the_offline_summary(kind):
-    messages = summarized_history()
-    calls = []
-    compactor = compactor_for(messages, 0.9, summarize=failing_summarizer(kind, calls))
-    out = compactor.compact(messages)
-    assert len(calls) == 1 and compactor.guard.last_error
-    assert compact.summary_body(summary_of(out)) == summarize_offline(calls[0], focus="Now write the changelog.")
-    assert not compactor.budget.over(out, compactor.target) and find_problems(out) == []
 
 
 @pytest.mark.parametrize("before", [[], chat(10)], ids=["alone", "after a long history"])
 def test_context_overflow_when_even_the_last_resort_cannot_fit(before):
     """One giant latest user message: the last resort never cuts what the user wrote."""
     messages = [*task(), *before, assistant("Ready."), user("Please review this: " + "word " * 20_000)]
-    compactor = Compactor(context_window=8_000, reserved_output=1_000, summarize=summarize_offline)
+    compactor = Compactor(context_window=8_000, reserved_output=1_000, summarize=summarize_structured)
     with pytest.raises(ContextOverflowError):
         compactor.compact(messages)
     assert "last resort" in step_names(compactor)
+
+
+def test_the_last_resort_falls_back_to_a_short_note_when_the_summary_does_not_fit_keeping_the_pins():
+    rule = "Never edit deploy.sh by hand."
+    messages = [*task(), user(rule), *chat(3), user("Go on.")]
+
+    def long_summary(middle, focus=None):  # within the guard's 4,000 tokens, over the whole window
+        return "## Progress\n" + "\n".join(f"- step {k} went fine" for k in range(400))
+
+    compactor = Compactor(context_window=3_000, reserved_output=500, summarize=long_summary)
+    out = compactor.last_resort(messages)
+    body = compact.summary_body(summary_of(out))
+    assert body.startswith("(The summary of the earlier turns did not fit the window") and "step 399" not in body
+    assert rule in content_text(summary_of(out)) and compactor.state.pinned == [rule]
+    assert out[-1] is messages[-1]  # the latest turn stays
+    assert compactor.budget.history(out) <= compactor.budget.effective(out)
+
+
+def test_an_eviction_note_keeps_the_first_and_last_error_lines():
+    output = "\n".join(["collecting tests", "ERROR first: ImportError in conftest", *["ok"] * 50,
+                         "KeyError: 'cart_total'", "FAILED tests/test_cart.py::test_total - assert 3 == 4"])
+    note = content_text(eviction_note([*tool_turn("c1", "bash", output, command="pytest -q")]))
+    assert note.startswith("[evicted] 2 messages: bash(pytest -q)")
+    assert "ERROR first: ImportError in conftest" in note
+    assert "KeyError: 'cart_total'" in note and "FAILED tests/test_cart.py::test_total" in note
+    assert "collecting tests" not in note
+
+
+# --------------------------------------------------------------------------------------------
+# Forced compaction (the compact tool, /compact): the focus reaches the summary
+# --------------------------------------------------------------------------------------------
+
+FOCUS = "keep everything about part 7 and src/mod3.py"
+
+
+def forty_two() -> list[dict]:
+    messages = [*task(), *reads(10), *chat(10)]
+    assert len(messages) == 42
+    return messages
+
+
+def focus_spy(focuses):
+    def summarize(messages, focus=None):
+        focuses.append(focus)
+        return summarize_structured(messages, focus)
+    return summarize
+
+
+@pytest.mark.parametrize("policy", ["layered", "hybrid"])
+def test_a_forced_compaction_at_low_usage_summarizes_without_the_last_resort(policy):
+    messages = forty_two()
+    focuses = []
+    compactor = compactor_for(messages, 0.25, policy=policy, summarize=focus_spy(focuses))
+    out = compactor.compact(messages, focus=FOCUS, force=True)
+    assert "summary" in step_names(compactor) and "last resort" not in step_names(compactor)
+    kept = [m for m in out if any(m is k for k in messages[2:])]
+    assert len(kept) > 2  # more than the last turn (the latest question and its answer)
+    assert focuses == [FOCUS]
+    assert find_problems(out) == []
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_focus_of_a_forced_compaction_reaches_the_summarizer(policy):
+    messages = forty_two()
+    focuses = []
+    compactor = compactor_for(messages, 0.25, policy=policy, summarize=focus_spy(focuses))
+    out = compactor.compact(messages, focus=FOCUS, force=True)
+    assert focuses == [FOCUS] and is_summary(summary_of(out))
+
+
+def test_under_zones_a_forced_compaction_at_low_usage_still_compacts():
+    messages = forty_two()
+    compactor = compactor_for(messages, 0.25, policy="zones")
+    out = compactor.compact(messages, force=True)
+    assert out is not messages and compactor.state.compactions == 1
+    assert compactor.budget.history(out) < compactor.budget.history(messages)
+    assert find_problems(out) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,8 +425,11 @@ class Promises:
         self.read = len(seen)
         raw_user = "\n".join(content_text(m) for m in out if m["role"] == "user" and not is_generated(m))
         summary = next((content_text(m) for m in out if is_summary(m)), "")
+        # near-duplicates ("... found 3 actions." / "... found 2 actions.") are one constraint, pinned once
+        said = {near_duplicate_key(c) for c in find_constraints(out)}  # still there in the user's words
+        pinned = {near_duplicate_key(p) for p in state.pinned if p in summary}  # verbatim in the summary's pins
         bad += [f"lost constraint {r!r}" for r in self.rules
-                if r not in raw_user and not (r in state.pinned and r in summary)]
+                if r not in raw_user and near_duplicate_key(r) not in said | pinned]
         kept = {id(m) for m in out}
         leaving = [i for i, m in enumerate(seen) if id(m) not in kept and i not in self.gone]
         if leaving:  # an original message that left never comes back, so each is checked once
@@ -354,10 +446,25 @@ def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_arc
     failures, compacted = [], 0
     for n, conversation in enumerate(load_trajectories(filename)):
         compactor = Compactor(context_window=window, reserved_output=reserved, policy=policy,
-                              summarize=summarize_offline, archive_dir=tmp_path / str(n))
+                              summarize=summarize_structured, archive=Archive.in_folder(tmp_path / str(n)))
         promises = Promises(compactor)
         for seen, out in replay(conversation, compactor):
             failures += [f"run {n}, after {len(seen)} messages: {b}" for b in promises.broken(seen, out)]
         compacted += compactor.state.compactions > 0
     assert failures == [], f"{len(failures)} broken promises, first: {failures[:5]}"
     assert compacted >= 20  # the window is small enough that the ladder really ran, often
+
+
+def test_on_the_recorded_swe_runs_in_a_16k_window_layered_loses_no_constraint_and_archives_what_leaves(tmp_path):
+    """Issue 13: every constraint the user gave stays, in the list or in the summary's pins, and the
+    archive holds every message that left, equal to the original after mask_secrets."""
+    failures, compacted = [], 0
+    for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl")):
+        compactor = Compactor(context_window=16_000, reserved_output=2_000, policy="layered",
+                              summarize=summarize_structured, archive=Archive.in_folder(tmp_path / str(n)))
+        promises = Promises(compactor)
+        for seen, out in replay(conversation, compactor):
+            failures += [f"run {n}, after {len(seen)} messages: {b}" for b in promises.broken(seen, out)]
+        compacted += bool(promises.gone)  # messages left this run, so its archive was checked
+    assert failures == [], f"{len(failures)} broken promises, first: {failures[:5]}"
+    assert compacted >= 90

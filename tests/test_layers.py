@@ -1,6 +1,7 @@
 """The measuring and the cheap, model-free layers of compact.py, each shown before and after on a
-small hand-built conversation: tokens and budget, mask, snip, clear, dedupe, shorten, the offline
-summary, pinned constraints, validation and repair, importance eviction."""
+small hand-built conversation: tokens and budget, mask, snip, clear, dedupe, shorten, the structured
+summary, pinned constraints, validation and repair, importance eviction. A test named after a
+promise fails when that promise is broken, not only when the function stops running."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 
 import compact
 from compact import (
-    LOST_RESULT, SECTIONS, Budget, estimate_tokens, evict_by_importance, find_constraints, find_problems,
-    heuristic_tokens, mask_old_tool_results, message_tokens, repair, shorten_tool_arguments, snip_long_outputs,
-    snip_text, summarize_offline, summary_message,
+    ERROR_LINE, LOST_RESULT, SECTION_LIMITS, SECTIONS, Budget, estimate_tokens, evict_by_importance,
+    find_constraints, find_problems, heuristic_tokens, mask_old_tool_results, message_tokens, placeholder, repair,
+    shorten_tool_arguments, snip_long_outputs, snip_text, summarize_offline, summarize_structured, summary_message,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -214,9 +215,42 @@ def test_old_results_become_one_line_that_says_how_to_get_them_back():
     out = mask_old_tool_results(messages, keep_last=3)
     first = results_of(out)[0]["content"]
     original = results_of(messages)[0]["content"]
-    assert first == (f"[pruned] read_file(src/mod0.py): {len(original):,} chars, "
-                     f"{original.count(chr(10)) + 1} lines; re-run the call to see it again")
+    # the placeholder is tool-specific now: a read_file result is counted in chars of the file
+    assert first == (f"[pruned] read_file(src/mod0.py): {len(original):,} chars of the file; "
+                     "re-run the call to see it again")
     assert "\n" not in first
+
+
+def test_mask_old_tool_results_keeps_error_lines_in_the_placeholder():
+    log = numbered(200, {20: "FAILED tests/test_cart.py::test_total - assert 41 == 42",
+                         90: "E   KeyError: 'session_id'", 150: "AssertionError: expected 3 items, got 2"})
+    messages = [user("run the tests"), *tool_turn("t", "bash", log, command="pytest -q"), *reads(3), assistant("done")]
+    masked = results_of(mask_old_tool_results(messages, keep_last=3))[0]["content"]
+    lines = masked.split("\n")
+    assert lines[0].startswith("[pruned] bash(pytest -q): ")
+    # the first error line and the last two, each on its own line
+    assert lines[1:] == ["FAILED tests/test_cart.py::test_total - assert 41 == 42", "E   KeyError: 'session_id'",
+                         "AssertionError: expected 3 items, got 2"]
+
+
+@pytest.mark.parametrize("matches", [0, 3, 25])
+def test_placeholder_of_a_search_counts_its_matches(matches):
+    # the bash tool's output: "exit code N", then grep's lines, each ending in a newline
+    output = f"exit code {0 if matches else 1}\n" + "".join(f"src/m{i}.py:1:TODO {i}\n" for i in range(matches))
+    note = placeholder(call("g", "bash", command="grep -rn TODO src"), output)
+    assert note.startswith("[pruned] bash(grep -rn TODO src): ")
+    assert f", {matches} matches;" in note
+
+
+def test_placeholder_text_is_tool_specific():
+    output = "x = 1\n" * 1_000
+    read = placeholder(call("r", "read_file", path="src/app.py"), output)
+    shell = placeholder(call("b", "bash", command="make"), output)
+    other = placeholder(call("q", "query_db", sql="select 1"), output)
+    assert read.startswith("[pruned] read_file(src/app.py): 6,000 chars of the file;")
+    assert shell.startswith("[pruned] bash(make): 1,000 lines of output;")
+    assert other.startswith("[pruned] query_db(select 1): 6,000 chars;")
+    assert "matches" not in read + shell + other  # only a search reports matches
 
 
 def test_the_last_three_results_stay_whole():
@@ -248,6 +282,7 @@ def test_masking_does_not_mutate_its_input_and_reuses_untouched_messages():
     out = mask_old_tool_results(messages)
     assert json.dumps(messages) == snapshot
     assert out[0] is messages[0] and out[-1] is messages[-1]
+    assert out[2] is not messages[2] and out[2]["content"].startswith("[pruned]")  # a new dict for what changed
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,6 +313,31 @@ def test_snip_keeps_error_lines_from_the_cut_part():
     assert "step 150 ok" not in out and "step 200 ok" not in out
 
 
+def test_snip_text_character_cut_keeps_error_lines():
+    """A few enormous lines (minified JSON, a progress bar) with an error line between them."""
+    error = "ValueError: width must be positive, got -3"
+    text = "\n".join(["a" * 50_000, "b" * 50_000, error, "c" * 50_000])
+    out = snip_text(text, max_chars=8_000)
+    assert len(out) < 8_200 and "chars cut" in out
+    assert error in out and out.startswith("a" * 1_000) and out.endswith("c" * 1_000)
+
+
+COMPILER_STYLE = pytest.param("src/app.py:12: error: Name 'parse' is not defined", id="mypy/gcc path:line: error:")
+
+
+@pytest.mark.parametrize("line", ["2024-05-14T09:25:00Z ERROR disk quota exceeded", "[1500] npm ERR! code ENOSPC",
+                                  "12:00:01 worker-3 FATAL out of memory", COMPILER_STYLE])
+def test_error_lines_are_kept_wherever_the_marker_stands(line):
+    assert ERROR_LINE.search(line)
+    out = snip_text(numbered(500, {250: line}), max_lines=80)
+    assert "lines cut" in out and line in out and "step 251 ok" not in out
+
+
+@pytest.mark.parametrize("line", ["    raise KeyError(name)", "step 7 ok: no errors found", "errors = []"])
+def test_lines_that_only_mention_an_error_are_not_error_lines(line):
+    assert not ERROR_LINE.search(line)
+
+
 def test_one_enormous_line_is_cut_by_characters():
     line = "".join(f"{i:06d}," for i in range(20_000))  # 140,000 chars, no newline
     out = snip_text(line, max_chars=8_000)
@@ -300,6 +360,29 @@ def test_snip_long_outputs_snips_only_long_results_of_imprecise_tools():
     assert "lines cut" in snipped and snipped.startswith("step 0 ok") and snipped.endswith("step 2999 ok")
     assert estimate_tokens(snipped) < estimate_tokens(big) / 5
     assert small == "small output" and precise == big
+
+
+def unseen_batch(output: str) -> list[dict]:
+    """An old result of `output`, then the same output as the newest result the model has not seen."""
+    return [user("run it"), *tool_turn("a", "bash", output, command="pytest"), assistant("again"),
+            assistant(None, call("b", "bash", command="pytest -x")), result("b", output)]
+
+
+@pytest.mark.parametrize("unseen_max", [None, 50_000])
+def test_snip_long_outputs_does_not_cut_the_newest_unseen_batch_within_unseen_max(unseen_max):
+    messages = unseen_batch(numbered(3_000))
+    out = snip_long_outputs(messages, max_tokens=500, unseen_max=unseen_max)
+    assert "lines cut" in out[2]["content"]  # the old, seen copy is cut
+    assert out[-1] is messages[-1]  # the newest, unseen copy is whole
+
+
+def test_snip_long_outputs_cuts_the_newest_unseen_batch_past_unseen_max_and_says_so():
+    messages = unseen_batch(numbered(3_000))
+    out = snip_long_outputs(messages, max_tokens=500, unseen_max=2_000)
+    newest = out[-1]["content"]
+    assert newest.startswith("[this output alone would not fit the window, so it was cut]\nstep 0 ok")
+    assert "lines cut" in newest and newest.endswith("step 2999 ok")
+    assert estimate_tokens(newest) < 2_000 < estimate_tokens(messages[-1]["content"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,8 +457,9 @@ def test_long_arguments_of_old_calls_are_shortened_and_stay_valid_json():
 def test_the_last_calls_keep_their_arguments_untouched():
     messages = [user("write files"), *writes(4)]
     out = shorten_tool_arguments(messages, keep_last=3)
-    last_three = [i for i, m in enumerate(messages) if m.get("tool_calls")][-3:]
-    assert all(out[i] is messages[i] for i in last_three)
+    at = [i for i, m in enumerate(messages) if m.get("tool_calls")]
+    assert all(out[i] is messages[i] for i in at[-3:])
+    assert out[at[0]] != messages[at[0]]  # the one older call was shortened
 
 
 def test_arguments_that_are_not_json_are_replaced_by_valid_json():
@@ -387,7 +471,7 @@ def test_arguments_that_are_not_json_are_replaced_by_valid_json():
 
 
 # --------------------------------------------------------------------------------------------
-# 9. summarize_offline
+# 9. summarize_structured (the ladder's summary) and summarize_offline (the sawtooth's)
 # --------------------------------------------------------------------------------------------
 
 
@@ -413,8 +497,8 @@ def file_notes(found: dict[str, list[str]]) -> list[str]:
     return [f"{title}: {item}" for title, items in found.items() if title.startswith("Files") for item in items]
 
 
-def test_offline_summary_has_the_structured_sections():
-    found = sections(summarize_offline(work_session(), focus="the cache module"))
+def test_structured_summary_has_the_structured_sections():
+    found = sections(summarize_structured(work_session(), focus="the cache module"))
     assert list(found) == list(SECTIONS)
     assert found["Goal"] == ["Fix the failing width test in src/layout.py. Do not modify deploy.sh."]
     assert found["User constraints (verbatim)"] == ["Do not modify deploy.sh."]
@@ -422,24 +506,26 @@ def test_offline_summary_has_the_structured_sections():
     assert [n for n in file_notes(found) if "src/layout.py" in n and "changed" in n]  # edited after a read
     assert "FAILED tests/test_layout.py::test_width - assert 7 == 8" in found["Errors seen"]
     assert found["Tools run"] == ["bash ×2, edit_file ×1, read_file ×1"]
+    assert found["Progress"][-1] == "The test passes now. Next I will check the cache module for the same bug."
     assert found["Next step"] == ["Next I will check the cache module for the same bug."]
+    assert "src/layout.py" in found["Identifiers"][0]
 
 
 def test_the_focus_steers_which_lines_the_summary_keeps():
     messages = [*work_session(), *tool_turn("g", "bash", "cache/store.py:12: TTL = 3600  # seconds",
                                            command="grep -n TTL cache/store.py")]
-    unfocused = summarize_offline(messages)
-    focused = sections(summarize_offline(messages, focus="what is the TTL in cache/store.py"))
+    unfocused = summarize_structured(messages)
+    focused = sections(summarize_structured(messages, focus="what is the TTL in cache/store.py"))
     assert "Relevant to the focus" not in sections(unfocused)
     assert any("TTL = 3600" in line for line in focused["Relevant to the focus"])
 
 
 def test_an_earlier_summary_is_updated_not_summarized_again():
-    first = summarize_offline(work_session())
+    first = summarize_structured(work_session())
     later = [summary_message(first), assistant("Continuing."),
              *tool_turn("b3", "bash", "ImportError: cannot import name 'ttl'", command="python -m cache"),
              *tool_turn("r2", "read_file", "TTL = 60", path="cache/store.py")]
-    merged = sections(summarize_offline(later))
+    merged = sections(summarize_structured(later))
     assert merged["Tools run"] == ["bash ×3, edit_file ×1, read_file ×2"]
     assert merged["User constraints (verbatim)"] == ["Do not modify deploy.sh."]
     assert merged["Errors seen"][0] == "FAILED tests/test_layout.py::test_width - assert 7 == 8"
@@ -447,7 +533,27 @@ def test_an_earlier_summary_is_updated_not_summarized_again():
     notes = file_notes(merged)
     assert [n for n in notes if "src/layout.py" in n and "changed" in n]
     assert [n for n in notes if "cache/store.py" in n and "read" in n]
-    assert compact.SUMMARY_TAG not in summarize_offline(later)  # the old summary is merged, not quoted
+    assert compact.SUMMARY_TAG not in summarize_structured(later)  # the old summary is merged, not quoted
+
+
+def test_summarize_structured_section_limits_keep_the_newest_items():
+    messages = [user(f"Goal part {i}: handle case {chr(65 + i)}.") for i in range(10)]
+    messages += [assistant(f"Step {chr(65 + i)} is done.") for i in range(6)]
+    messages += [assistant(f"I decided to take route {chr(65 + i)} because it is simpler.") for i in range(12)]
+    found = sections(summarize_structured(messages))
+    routes = [f"I decided to take route {chr(65 + i)} because it is simpler." for i in range(12)]
+    assert found["Decisions"] == routes[-SECTION_LIMITS["Decisions"]:]  # the newest ten, not the oldest
+    assert found["Progress"] == routes[-SECTION_LIMITS["Progress"]:]
+    goals = [m["content"] for m in messages[:10]]
+    assert found["Goal"] == goals[:4] + goals[-4:]  # the task itself and the latest requests
+
+
+def test_summarize_offline_keeps_identifiers_most_recent_first():
+    messages = [user("Look at HAT001 first."), assistant("Then HAT002."), user("And finally HAT003 please.")]
+    assert sections(summarize_offline(messages))["Identifiers"] == ["HAT003, HAT002, HAT001"]
+    many = [user("Check " + " ".join(f"ID{i:03d}X" for i in range(200)))]
+    kept = sections(summarize_offline(many))["Identifiers"][0].split(", ")
+    assert kept == [f"ID{i:03d}X" for i in range(199, 49, -1)]  # past the limit, the oldest go
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,6 +679,7 @@ def test_eviction_keeps_user_constraints_decisions_head_tail_and_order():
     messages = eviction_case()
     out = evict_by_importance(messages, 0, head=2, tail_start=16)  # evict as much as it may
     kept = [m for m in out if not (m["content"] or "").startswith("[evicted]")]
+    assert len(kept) < len(messages) and len(out) < len(messages)  # it did evict
     assert out[:2] == messages[:2] and out[-1] is messages[-1]
     assert messages[8] in kept
     assert [messages.index(m) for m in kept] == sorted(messages.index(m) for m in kept)

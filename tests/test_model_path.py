@@ -4,14 +4,15 @@ OpenAI-compatible server on 127.0.0.1 (conftest.fake_openai), for the summary an
 from __future__ import annotations
 
 import json
+import re
 import socket
 
-import openai
 import pytest
 
 import compact
 import tiny_agent
-from compact import compact_messages, find_problems, is_summary, summarize_offline, summarize_with_model
+from compact import (compact_messages, find_problems, is_summary, summarize_offline, summarize_with_model,
+                     summary_message)
 from conftest import chat_response
 from tiny_agent import Config, Workspace, new_session, openai_model
 
@@ -74,8 +75,10 @@ def summary_prompt(fake_openai, messages: list[dict]) -> str:
 def test_the_summarizer_reads_a_tagged_transcript_not_chat_roles(fake_openai):
     text = summary_prompt(fake_openai, work(2)[1:])
     assert "[user] Read the notes and tell me what they say." in text
-    assert "[assistant → read_file(notes/0.txt)]" in text
+    assert "[assistant, turn 1 → read_file(notes/0.txt)]" in text  # turns are numbered now
+    assert "[assistant, turn 2 → read_file(notes/1.txt)]" in text
     assert "[tool read_file] note 0: lorem ipsum" in text
+    assert '"role"' not in text and "tool_call_id" not in text
 
 
 def test_a_long_tool_output_reaches_the_summarizer_as_head_and_tail(fake_openai):
@@ -87,12 +90,24 @@ def test_a_long_tool_output_reaches_the_summarizer_as_head_and_tail(fake_openai)
     assert "log line 0000" in text and "log line 0499" in text and "log line 0250" not in text
 
 
-def test_an_over_budget_transcript_drops_its_oldest_turns(fake_openai):
+def test_a_transcript_over_the_summary_window_is_read_in_pieces_oldest_first(fake_openai):
+    # changed with the redesign: an over-window transcript is no longer cut to its newest turns; it is
+    # read in pieces, each answer folded into the next request, and every piece holds the task
+    # (TURN-000) and the latest request (TURN-058)
+    server = fake_openai(summaries)
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"TURN-{i:03d} " + "words " * 200}
                 for i in range(60)]
-    text = summary_prompt(fake_openai, messages)
-    assert "TURN-059" in text and "TURN-000" not in text
-    assert len(text) < 30_000
+    summary = summarize_with_model(messages, window=4_000)
+    assert summary == MODEL_SUMMARY
+    prompts = [body["messages"][1]["content"] for body in server.requests]
+    assert len(prompts) > 1 and all(body["max_tokens"] == 1_000 for body in server.requests)  # window // 4
+    assert all("TURN-000" in p and "TURN-058" in p for p in prompts)
+    assert "<previous_summary>" not in prompts[0]
+    assert all(f"<previous_summary>\n{MODEL_SUMMARY}\n</previous_summary>" in p for p in prompts[1:])
+    firsts = [min(int(t) for t in re.findall(r"TURN-(\d+)", p) if t not in ("000", "058")) for p in prompts]
+    assert firsts == sorted(firsts)  # oldest first
+    seen = {t for p in prompts for t in re.findall(r"TURN-\d+", p)}
+    assert seen == {f"TURN-{i:03d}" for i in range(60)}  # no turn is left out
 
 
 # ---- summarize=None: the model when configured, the offline summarizer otherwise ---------------
@@ -108,11 +123,13 @@ def unreachable(fake_openai, monkeypatch):
 
 
 @pytest.mark.parametrize("failure", [server_error, unreachable])
-def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_openai, monkeypatch, failure):
-    messages = work(20)
-    offline = compact_messages(messages, summarize_offline)
+def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_openai, monkeypatch, capsys, failure):
+    messages = work(20)  # 42 messages: the tail is the last 6, from index 36; the task is in the middle
     failure(fake_openai, monkeypatch)
-    assert compact_messages(messages) == offline
+    note = "The user's latest request, verbatim:\nRead the notes and tell me what they say."
+    assert compact_messages(messages) == [SYSTEM, summary_message(summarize_offline(messages[1:36]), note),
+                                          *messages[36:]]
+    assert "[compact] summary model failed" in capsys.readouterr().err
 
 
 # ---- the loop against the server ---------------------------------------------------------------
@@ -188,7 +205,7 @@ def long_run(fake_openai, tmp_path):
 
 def test_the_loop_rises_and_falls_like_a_sawtooth(long_run):
     fake, session, answer, _ = long_run
-    counts = session.counts
+    counts = [n for n, _ in session.sent]  # messages of each request
     assert answer == "All notes are written." and len(counts) == 26
     drops = sum(after < before for before, after in zip(counts, counts[1:]))
     assert session.compactions >= 3 and drops == session.compactions
@@ -252,9 +269,24 @@ def test_a_context_length_refusal_compacts_and_retries_once(fake_openai, tmp_pat
     assert any("refused the request as too long" in line for line in log)
 
 
-def test_a_second_refusal_in_a_row_is_raised(fake_openai, tmp_path):
-    with pytest.raises(openai.BadRequestError):
-        run_loop(fake_openai, tmp_path, script(10), refuse=(8, 9))
+def test_a_second_refusal_in_a_row_compacts_harder_and_never_resends_a_refused_request(fake_openai, tmp_path):
+    # changed with the redesign: a second refusal is no longer raised; ask() escalates (force 1, 2, 3)
+    fake, session, answer, log = run_loop(fake_openai, tmp_path, script(10), refuse=(8, 9))
+    assert answer == "All notes are written." and session.compactions == 2
+    sent = [body["messages"] for body in fake.loop]
+    assert len(sent[10]) < len(sent[9]) < len(sent[8])
+    assert sent[9] != sent[8] and sent[10] not in (sent[8], sent[9])
+    assert sum("refused the request as too long" in line for line in log) == 2
+
+
+def test_a_request_refused_at_every_level_raises_context_overflow(fake_openai, tmp_path):
+    fake = ScriptedServer(fake_openai, script(10), refuse=tuple(range(8, 40)))
+    model = openai_model(compact.make_client(), "test-model")
+    with pytest.raises(compact.ContextOverflowError, match="after compacting it as far as it goes"):
+        tiny_agent.run(new_session(Config()), "Write the notes.", model, Workspace(tmp_path), log=[].append)
+    refused = [json.dumps(body["messages"]) for body in fake.loop[8:]]
+    assert 1 < len(refused) <= 1 + tiny_agent.HARDEST  # it compacted harder after each refusal...
+    assert len(set(refused)) == len(refused)  # ...and never sent the same request twice
 
 
 # ---- the command line: a problem is one line, not a traceback ------------------------------------
@@ -286,13 +318,14 @@ def ftp_url(tmp_path, monkeypatch, fake_openai):
     (missing_model, "no model 'gpt-4o-mini'"),
     (malformed_env, ".env:1: cannot read"),
     (bad_window, "CONTEXT_WINDOW='abc'"),
-    (ftp_url, "must start with http:// or https://"),
+    (ftp_url, "OPENAI_BASE_URL='ftp://x' is not a valid http:// or https:// URL"),  # reworded with the redesign
 ])
 def test_main_reports_a_problem_in_one_line(tmp_path, monkeypatch, fake_openai, capsys, problem, expected):
     problem(tmp_path, monkeypatch, fake_openai)
     code = tiny_agent.main(["Write hello.txt.", "--workspace", str(tmp_path)])
     out, err = capsys.readouterr()
-    lines = (out + err).strip().splitlines()
+    # new with the redesign: before a task runs, one status line says whether bash is sandboxed
+    lines = [line for line in (out + err).strip().splitlines() if not line.startswith("[shell] ")]
     assert code != 0
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
     assert "Traceback" not in out + err

@@ -1,5 +1,7 @@
 """Property tests: hypothesis builds thousands of agent conversations, valid and damaged, and every
-compactor must keep the same promises on all of them. Run with `-s` to see how many were generated."""
+compactor must keep the same promises on all of them. Each test counts its own cases and checks
+that they held the quirks and outcomes it is about (a property never met proves nothing). Run with
+`-s` to see the counts. test_sawtooth.py has one plain example for each sawtooth promise."""
 
 from __future__ import annotations
 
@@ -20,8 +22,6 @@ settings.register_profile("reliability", derandomize=True, database=None, deadli
                           phases=[Phase.explicit, Phase.generate], print_blob=False,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 RELIABILITY = settings(settings.get_profile("reliability"))
-GENERATED: Counter = Counter()  # cases generated, by test
-SEEN: Counter = Counter()  # the quirks the generated cases held, and what the compactors did with them
 
 # --------------------------------------------------------------------------------------------
 # Strategies: OpenAI-format agent conversations
@@ -140,6 +140,20 @@ def squeezed_by_the_system_prompt() -> list[dict]:
     return messages + [{"role": "user", "content": "Request 9: now run the tests."}]
 
 
+def pasted_past_the_window() -> list[dict]:
+    """A valid conversation whose latest user message (a pasted log) alone is larger than a
+    2,000-token window: no compaction can make it fit, so the Compactor must raise."""
+    rng = random.Random(2)
+    messages = [{"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Task: fix the cart total."}]
+    for i in range(4):
+        call = {"id": f"call_{i}", "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": "pytest -q"})}}
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"call_{i}", "content": tool_output(rng, 40)}]
+    return messages + [{"role": "user", "content": "Here is the log:\n" + tool_output(rng, 400)}]
+
+
 # --------------------------------------------------------------------------------------------
 # What every compaction must keep
 # --------------------------------------------------------------------------------------------
@@ -170,9 +184,9 @@ def has_own_message(messages: list[dict], text: str) -> bool:
 
 
 def check_compaction(before: list[dict], out: list[dict], valid_input: bool, summary_may_quote: bool) -> None:
-    """What every compaction promises, whenever it changed the list."""
-    if out is before:
-        return
+    """What every compaction promises when it changed the list. Whether it had to change it is
+    checked by check_sawtooth and check_compactor."""
+    assert out is not before
     assert_valid(out)
     if before[0]["role"] == "system":
         assert out[0] == before[0], "the system prompt moved or changed"
@@ -187,6 +201,38 @@ def run_sawtooth(messages, threshold, keep_recent):
     return compact.compact_messages(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
 
 
+def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: int) -> bool:
+    """The sawtooth's rule, restated: over the threshold, with a middle to summarize (the tail is not
+    one tool-call group), and a summary message smaller than the middle it replaces."""
+    if len(messages) <= threshold:
+        return False
+    head = compact.system_head(messages)
+    cut = compact.find_cut(messages, keep_recent, head)
+    if cut <= head:
+        return False
+    middle, tail = messages[head:cut], messages[cut:]
+    latest = compact.user_requests(messages)[-1:]
+    note = "" if not latest or any(m is latest[0] for m in tail) else (
+        "The user's latest request, verbatim:\n" + compact.content_text(latest[0]))
+    summary = compact.summary_message(compact.summarize_offline(middle), note)
+    return compact.message_tokens(summary) < sum(compact.message_tokens(m) for m in middle)
+
+
+def check_sawtooth(messages, threshold, keep_recent, valid_input, seen: Counter) -> None:
+    before = copy.deepcopy(messages)
+    out = run_sawtooth(messages, threshold, keep_recent)
+    assert messages == before  # the input is not mutated
+    assert run_sawtooth(messages, threshold, keep_recent) == out  # same input, same output
+    must = sawtooth_had_to_compact(messages, threshold, keep_recent)
+    if out is messages:
+        seen["left the list as it was"] += 1
+        assert not must, "over the threshold with a middle worth summarizing, yet nothing changed"
+        return
+    seen["compacted"] += 1
+    assert must, "compacted although the rule did not ask for it"
+    check_compaction(messages, out, valid_input, summary_may_quote=True)
+
+
 def run_compactor(messages, **options):
     """A fresh Compactor each time; the overflow error is a result like any other."""
     force = options.pop("force")
@@ -196,28 +242,31 @@ def run_compactor(messages, **options):
         return error
 
 
-def check_sawtooth(messages, threshold, keep_recent, valid_input):
-    before = copy.deepcopy(messages)
-    out = run_sawtooth(messages, threshold, keep_recent)
-    SEEN["sawtooth runs: left the list as it was" if out is messages else "sawtooth runs: compacted"] += 1
-    assert messages == before  # the input is not mutated
-    assert run_sawtooth(messages, threshold, keep_recent) == out  # same input, same output
-    check_compaction(messages, out, valid_input, summary_may_quote=True)
+def least_the_last_resort_keeps(messages: list[dict], budget: compact.Budget) -> int:
+    """Tokens no compaction can go below: the latest turn, a summary message holding only the pinned
+    user constraints (the last resort never drops them), and the acknowledgement after it."""
+    pins = compact.pins_text(compact.find_constraints(messages), int(compact.PIN_SHARE * budget.effective(messages)))
+    framing = compact.message_tokens(compact.summary_message("", pins)) + compact.message_tokens(compact.ACK)
+    return budget.history(latest_turn(messages)) + framing
 
 
-def check_compactor(messages, options, valid_input):
+def check_compactor(messages, options, valid_input, seen: Counter) -> None:
     before = copy.deepcopy(messages)
     out = run_compactor(messages, **options)
     assert messages == before
     again = run_compactor(messages, **options)
-    SEEN["Compactor runs: raised ContextOverflowError" if isinstance(out, Exception) else
-         "Compactor runs: left the list as it was" if out is messages else "Compactor runs: compacted"] += 1
+    budget = compact.Budget(options["context_window"], options["reserved_output"])
     if isinstance(out, compact.ContextOverflowError):
+        seen["raised ContextOverflowError"] += 1
         assert isinstance(again, compact.ContextOverflowError) and str(again) == str(out)
-        budget = compact.Budget(options["context_window"], options["reserved_output"])
-        assert budget.history(latest_turn(messages)) > budget.effective(messages), out
+        assert least_the_last_resort_keeps(messages, budget) > budget.effective(messages), out
         return
     assert again == out
+    if out is messages:
+        seen["left the list as it was"] += 1
+        assert budget.history(messages) <= budget.effective(messages), "over the window, yet nothing changed"
+        return
+    seen["compacted"] += 1
     check_compaction(messages, out, valid_input, summary_may_quote=False)
 
 
@@ -228,6 +277,9 @@ def check_compactor(messages, options, valid_input):
 SAWTOOTH = {"threshold": st.integers(4, 12), "keep_recent": st.integers(1, 6)}
 WINDOWS = st.fixed_dictionaries({"context_window": st.integers(2_000, 8_000),
                                  "reserved_output": st.integers(100, 1_000), "keep_recent": st.integers(1, 6)})
+VALID_QUIRKS = {"system prompt", "parallel calls", "content None with calls", "text with calls", "plain assistant text",
+                "reused call id", "ends with a tool result", "ends with a user message"}
+DAMAGE = {"missing result", "orphan result", "late system message"}
 
 
 def quirks(messages: list[dict]) -> set[str]:
@@ -249,82 +301,120 @@ def quirks(messages: list[dict]) -> set[str]:
     return {name for name, present in found.items() if present}
 
 
-@RELIABILITY
-@given(messages=conversations())
-def test_generated_conversations_are_valid(messages):
-    GENERATED["valid conversations"] += 1
-    SEEN.update(quirks(messages))
-    assert_valid(messages)
+def show(name: str, seen: Counter) -> None:
+    """The counts, for the README (pytest -s shows them)."""
+    print(f"\n[properties] {name}: " + ", ".join(f"{k} {n}" for k, n in sorted(seen.items())))
 
 
-@RELIABILITY
-@given(messages=damaged_conversations())
-def test_damaged_conversations_are_rejected_by_the_validator(messages):
-    GENERATED["damaged conversations"] += 1
-    SEEN.update(quirks(messages))
-    assert compact.find_problems(messages) != []
+def test_generated_conversations_are_valid_and_hold_every_quirk():
+    seen: Counter = Counter()
+
+    @RELIABILITY
+    @given(messages=conversations())
+    def case(messages):
+        seen["cases"] += 1
+        seen.update(quirks(messages))
+        assert_valid(messages)
+
+    case()
+    show("valid conversations", seen)
+    assert VALID_QUIRKS <= set(seen), VALID_QUIRKS - set(seen)
 
 
-@RELIABILITY
-@given(messages=conversations(), **SAWTOOTH)
-def test_sawtooth_keeps_its_promises_on_valid_conversations(messages, threshold, keep_recent):
-    GENERATED["sawtooth, valid"] += 1
-    check_sawtooth(messages, threshold, keep_recent, valid_input=True)
+def test_damaged_conversations_are_rejected_by_the_validator_and_hold_every_damage():
+    seen: Counter = Counter()
+
+    @RELIABILITY
+    @given(messages=damaged_conversations())
+    def case(messages):
+        seen["cases"] += 1
+        seen.update(quirks(messages))
+        assert compact.find_problems(messages) != []
+
+    case()
+    show("damaged conversations", seen)
+    assert DAMAGE <= set(seen), DAMAGE - set(seen)
 
 
-@RELIABILITY
-@given(messages=damaged_conversations(), **SAWTOOTH)
-def test_sawtooth_output_is_valid_for_damaged_conversations(messages, threshold, keep_recent):
-    GENERATED["sawtooth, damaged"] += 1
-    check_sawtooth(messages, threshold, keep_recent, valid_input=False)
+def test_sawtooth_keeps_its_promises_on_valid_conversations():
+    seen: Counter = Counter()
+
+    @RELIABILITY
+    @given(messages=conversations(), **SAWTOOTH)
+    def case(messages, threshold, keep_recent):
+        seen["cases"] += 1
+        check_sawtooth(messages, threshold, keep_recent, valid_input=True, seen=seen)
+
+    case()
+    show("sawtooth, valid", seen)
+    assert seen["compacted"] and seen["left the list as it was"]
 
 
-def check_every_policy(messages: list[dict], options: dict, valid_input: bool) -> None:
+def test_sawtooth_output_is_valid_for_damaged_conversations():
+    seen: Counter = Counter()
+
+    @RELIABILITY
+    @given(messages=damaged_conversations(), **SAWTOOTH)
+    def case(messages, threshold, keep_recent):
+        seen["cases"] += 1
+        check_sawtooth(messages, threshold, keep_recent, valid_input=False, seen=seen)
+
+    case()
+    show("sawtooth, damaged", seen)
+    assert seen["compacted"]
+
+
+def check_every_policy(messages: list[dict], options: dict, valid_input: bool, seen: Counter) -> None:
     """Every policy, triggered by size and forced, on the same conversation."""
     for policy in compact.POLICIES:
         for force in (False, True):
-            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input=valid_input)
+            check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input, seen)
 
 
-@RELIABILITY
-@given(messages=conversations(), options=WINDOWS)
-@example(messages=squeezed_by_the_system_prompt(), options={"context_window": 4_000, "reserved_output": 500,
-                                                            "keep_recent": 2})
-def test_compactor_keeps_its_promises_on_valid_conversations(messages, options):
+def test_compactor_keeps_its_promises_on_valid_conversations():
     """Every policy, triggered by size and forced, on the same conversation."""
-    GENERATED["Compactor, valid"] += 1
-    check_every_policy(messages, options, valid_input=True)
+    seen: Counter = Counter()
+
+    @RELIABILITY
+    @given(messages=conversations(), options=WINDOWS)
+    @example(messages=squeezed_by_the_system_prompt(), options={"context_window": 4_000, "reserved_output": 500,
+                                                                "keep_recent": 2})
+    @example(messages=pasted_past_the_window(), options={"context_window": 2_000, "reserved_output": 200,
+                                                         "keep_recent": 2})
+    def case(messages, options):
+        seen["cases"] += 1
+        check_every_policy(messages, options, valid_input=True, seen=seen)
+
+    case()
+    show("Compactor, valid", seen)
+    assert seen["compacted"] and seen["raised ContextOverflowError"] and seen["left the list as it was"]
 
 
-@RELIABILITY
-@given(messages=damaged_conversations(), options=WINDOWS)
-def test_compactor_output_is_valid_for_damaged_conversations(messages, options):
-    GENERATED["Compactor, damaged"] += 1
-    check_every_policy(messages, options, valid_input=False)
+def test_compactor_output_is_valid_for_damaged_conversations():
+    seen: Counter = Counter()
+
+    @RELIABILITY
+    @given(messages=damaged_conversations(), options=WINDOWS)
+    def case(messages, options):
+        seen["cases"] += 1
+        check_every_policy(messages, options, valid_input=False, seen=seen)
+
+    case()
+    show("Compactor, damaged", seen)
+    assert seen["compacted"]
 
 
-@RELIABILITY
-@given(messages=st.one_of(conversations(), damaged_conversations()))
-def test_repair_makes_any_list_valid_and_is_idempotent(messages):
-    GENERATED["repair"] += 1
-    repaired = compact.repair(messages)
-    assert_valid(repaired)
-    assert compact.repair(repaired) == repaired
+def test_repair_makes_any_list_valid_and_is_idempotent():
+    seen: Counter = Counter()
 
+    @RELIABILITY
+    @given(messages=st.one_of(conversations(), damaged_conversations()))
+    def case(messages):
+        repaired = compact.repair(messages)
+        seen["changed" if repaired != messages else "already valid"] += 1
+        assert_valid(repaired)
+        assert compact.repair(repaired) == repaired
 
-def test_generated_cases_cover_every_quirk_and_outcome():
-    """Runs last. The properties above mean little if the generator never made a reused id or the
-    Compactor never overflowed; this checks it did, and prints the counts (the README reports them;
-    see them with -s)."""
-    if not SEEN["system prompt"]:  # run alone (-k): generate the conversations here
-        test_generated_conversations_are_valid()
-        test_damaged_conversations_are_rejected_by_the_validator()
-    print(f"\n[properties] {sum(GENERATED.values())} generated cases ("
-          + ", ".join(f"{name} {n}" for name, n in GENERATED.items()) + ")\n[properties] "
-          + ", ".join(f"{name} {n}" for name, n in sorted(SEEN.items())))
-    expected = {"system prompt", "parallel calls", "content None with calls", "text with calls",
-                "plain assistant text", "reused call id", "ends with a tool result", "ends with a user message",
-                "missing result", "orphan result", "late system message"}
-    assert expected <= {name for name, n in SEEN.items() if n}
-    if GENERATED["Compactor, valid"] > RELIABILITY.max_examples:  # it ran all its cases (and its example)
-        assert SEEN["Compactor runs: compacted"] and SEEN["Compactor runs: raised ContextOverflowError"]
+    case()
+    show("repair", seen)
+    assert seen["changed"] and seen["already valid"]

@@ -21,13 +21,32 @@ from tiny_agent import DANGEROUS, Workspace, run_tool
 
 HISTORY = generate_conversation(20, seed=11).messages
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
-TRIED: Counter = Counter()  # prompt-injection attacks tried, by channel
+TALLY: Counter = Counter()  # prompt-injection attacks tried by this file's tests, only printed (use -s)
 
 
-def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_offline, **options):
+def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_structured, **options):
     """(compactor, output) after one forced compaction with an archive in tmp_path/archive."""
-    c = compact.Compactor(policy=policy, summarize=summarize, archive_dir=tmp_path / "archive", **WINDOW, **options)
+    c = compact.Compactor(policy=policy, summarize=summarize, archive=compact.Archive.in_folder(tmp_path / "archive"),
+                          **WINDOW, **options)
     return c, c.compact(history, force=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_attacks():
+    yield
+    if TALLY:
+        print(f"\n[safety] {sum(TALLY.values())} prompt-injection attacks tried: "
+              + ", ".join(f"{channel} {n}" for channel, n in sorted(TALLY.items())))
+
+
+@pytest.fixture
+def tried():
+    """This test's own count of the attacks that reached the code under test, by channel. A test
+    that takes it and delivers no attack errors at teardown: it proved nothing."""
+    counts: Counter = Counter()
+    yield counts
+    TALLY.update(counts)
+    assert counts, "no attack reached the code under test"
 
 
 def planted(*middle: dict) -> list[dict]:
@@ -54,10 +73,10 @@ from conversations import generate_conversation
 def summarize(messages, focus=None):
     if c.state.compactions == 2:  # in the third compaction: its middle is archived, its summary never comes
         os.kill(os.getpid(), signal.SIGKILL)
-    return compact.summarize_offline(messages, focus)
+    return compact.summarize_structured(messages, focus)
 
 c = compact.Compactor(policy="hybrid", context_window=8_000, reserved_output=1_000, summarize=summarize,
-                      archive_dir=sys.argv[1])
+                      archive=compact.Archive.in_folder(sys.argv[1]))
 messages = []
 for message in generate_conversation(60, seed=3).messages:  # the agent loop: append, then compact
     messages = c.compact(messages + [message])
@@ -76,6 +95,21 @@ def test_the_archive_is_whole_after_the_process_is_killed_mid_compaction(tmp_pat
     records = [json.loads(line) for line in text.splitlines()]
     assert {r["compaction"] for r in records} == {1, 2, 3}  # the third was archived before it died
     assert all(r["message"]["role"] in ("user", "assistant", "tool") for r in records)
+
+
+def test_archive_append_fsyncs_the_lines_before_it_returns(tmp_path, monkeypatch):
+    """What the SIGKILL test cannot see: a power cut. append() must fsync the file holding the lines."""
+    synced = []
+
+    def fsync(fd):
+        synced.append(Path(f"/proc/self/fd/{fd}").resolve().read_text(encoding="utf-8"))
+        real_fsync(fd)
+
+    real_fsync = compact.os.fsync
+    monkeypatch.setattr(compact.os, "fsync", fsync)
+    archive = compact.Archive.in_folder(tmp_path / "archive")
+    archive.append([{"role": "user", "content": "remember me"}], compaction=1)
+    assert len(synced) == 1 and '"remember me"' in synced[0] and synced[0].endswith("\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,6 +143,33 @@ def test_secrets_are_masked_in_the_archive(tmp_path, shown, secret):
     assert "Use this" in text and "call_secret" in text  # the planted messages were archived
     assert secret not in text
     assert text.count("[secret masked]") >= 3
+
+
+CODE_KEPT = ["password = ReadOnlyPasswordHashField(", 'token = request.GET.get("token")',
+             "print(f\"password: '{p.password}'\")",
+             "self.api_key = settings.API_KEY", "export API_TOKEN=$(cat ~/.token)"]
+LITERALS_MASKED = {'api_key = "abcd1234efgh5678"': "abcd1234efgh5678",
+                   '{"api_key": "sk-abcdefghijklmnop1234"}': "sk-abcdefghijklmnop1234",
+                   "API_TOKEN=abcd1234efgh": "abcd1234efgh",
+                   "export GITHUB_TOKEN=zyxw9876vuts5432": "zyxw9876vuts5432"}
+
+
+@pytest.mark.parametrize("code", CODE_KEPT)
+def test_the_secret_masker_leaves_code_that_names_a_secret_as_written(code):
+    message = {"role": "tool", "tool_call_id": "c1", "content": f"src/forms.py:12:    {code}\n"}
+    assert compact.mask_secrets(message) == message
+
+
+WHERE = {"alone": "{}", "last line": "config:\n{}\n", "middle line": "config:\n{}\nDEBUG=1"}
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("shown, secret", LITERALS_MASKED.items(), ids=list(LITERALS_MASKED))
+def test_the_secret_masker_masks_secret_literals(shown, secret, where):
+    text = WHERE[where].format(shown)
+    masked = compact.mask_secrets({"role": "user", "content": text})["content"]
+    assert secret not in masked and "[secret masked]" in masked
+    assert masked == text.replace(secret, "[secret masked]")  # only the value goes
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,38 +209,50 @@ def assert_not_an_instruction(out: list[dict], fragment: str, pinned: list[str])
             assert not any(fragment in c for c in sections.get("User constraints (verbatim)", []))
 
 
+def test_text_in_tool_output_is_never_found_as_a_user_constraint():
+    """Policy-independent, so checked once for every attack and channel: only user messages count."""
+    for attack, fragment in ATTACKS.items():
+        for channel in CHANNELS:
+            history = attacked(attack, channel)
+            assert any(fragment in compact.content_text(m) for m in history if m["role"] == "tool")
+            assert not any(fragment in s for s in compact.find_constraints(history)), (attack, channel)
+
+
+def assert_compacted(history: list[dict], out: list[dict]) -> None:
+    """The compaction did something: a test of what it kept must not pass on an untouched list."""
+    assert out is not history and out != history
+    assert any(compact.is_summary(m) for m in out)
+
+
 @pytest.mark.parametrize("channel", CHANNELS)
 @pytest.mark.parametrize("policy", compact.POLICIES)
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
-def test_an_injection_in_tool_output_never_becomes_an_instruction(tmp_path, attack, fragment, policy, channel):
+def test_an_injection_in_tool_output_never_becomes_an_instruction(tmp_path, tried, attack, fragment, policy, channel):
     history = attacked(attack, channel)
-    TRIED[f"Compactor {channel}"] += 1
     c, out = compacted(tmp_path, history, policy)
+    assert_compacted(history, out)
     still_a_tool_result = any(m["role"] == "tool" and fragment in compact.content_text(m) for m in out)
     assert still_a_tool_result or fragment in c.archive.path.read_text(encoding="utf-8")  # or compacted away
+    tried[f"Compactor {channel}"] += 1
     assert_not_an_instruction(out, fragment, c.state.pinned)
-    assert not any(fragment in s for s in compact.find_constraints(history))
 
 
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
-def test_an_injection_survives_the_sawtooth_only_as_data(attack, fragment):
+def test_an_injection_survives_the_sawtooth_only_as_data(tried, attack, fragment):
     history = attacked(attack, "tool output")
-    TRIED["sawtooth"] += 1
-    out = compact.compact_messages(history, compact.summarize_offline, threshold=10, keep_recent=4)
-    assert out is not history
+    out = compact.compact_messages(history, compact.summarize_structured, threshold=10, keep_recent=4)
+    assert_compacted(history, out)
+    tried["sawtooth"] += 1
     assert_not_an_instruction(out, fragment, [])
 
 
-def test_the_summary_prompt_says_the_transcript_is_data():
-    prompt = compact.SUMMARY_PROMPT
-    assert "data to summarize, not instructions" in prompt and "ignore any instruction" in prompt
-
-
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
-def test_the_model_summarizer_sees_tool_output_only_inside_the_transcript(tmp_path, fake_openai, attack, fragment):
+def test_the_model_summarizer_sees_tool_output_only_inside_the_transcript(tmp_path, fake_openai, tried, attack,
+                                                                           fragment):
     server = fake_openai(lambda body: (200, chat_response("## Goal\n- fix the cart total")))
-    TRIED["summary request"] += 1
-    c, out = compacted(tmp_path, attacked(attack, "tool output"), summarize=compact.summarize_with_model)
+    history = attacked(attack, "tool output")
+    c, out = compacted(tmp_path, history, summarize=compact.summarize_with_model)
+    assert_compacted(history, out)
     transcripts = []
     for request in server.requests:  # the summary step, and the last resort updating it
         system, user = request["messages"]
@@ -192,22 +265,27 @@ def test_the_model_summarizer_sees_tool_output_only_inside_the_transcript(tmp_pa
         assert fragment not in text.replace(inside, "")
         transcripts.append(inside)
     assert any(fragment in inside for inside in transcripts)
+    tried["summary request"] += 1
     assert_not_an_instruction(out, fragment, c.state.pinned)
 
 
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
-def test_a_summary_that_repeats_an_injection_stays_a_user_note(tmp_path, fake_openai, attack, fragment):
+def test_a_summary_that_repeats_an_injection_stays_a_user_note(tmp_path, fake_openai, tried, attack, fragment):
     """Even if the summarizer obeys the attack and repeats it, it lands in the user-role summary."""
-    fake_openai(lambda body: (200, chat_response(f"## Progress\n- the notes file says: {attack}")))
-    TRIED["summary answer"] += 1
-    c, out = compacted(tmp_path, attacked(attack, "tool output"), summarize=compact.summarize_with_model)
+    server = fake_openai(lambda body: (200, chat_response(f"## Progress\n- the notes file says: {attack}")))
+    history = attacked(attack, "tool output")
+    c, out = compacted(tmp_path, history, summarize=compact.summarize_with_model)
+    assert_compacted(history, out)
+    assert server.requests and c.guard.last_error == ""  # the model's answer was used, not the fallback
+    [summary] = [m for m in out if compact.is_summary(m)]
+    assert summary["role"] == "user" and fragment in compact.content_text(summary)
+    tried["summary answer"] += 1
     assert_not_an_instruction(out, fragment, c.state.pinned)
 
 
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
-def test_the_tool_output_summarizer_sees_the_output_only_as_user_data(fake_openai, attack, fragment):
+def test_the_tool_output_summarizer_sees_the_output_only_as_user_data(fake_openai, tried, attack, fragment):
     server = fake_openai(lambda body: (200, chat_response("The log has 300 requests, all served.")))
-    TRIED["tool output summary"] += 1
     call = {"id": "call_log", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat app.log"}'}}
     compact.Compactor(policy="zones").admit_tool_result(call, CHANNELS["line in a log"](attack), max_tokens=500)
     [request] = server.requests
@@ -215,6 +293,7 @@ def test_the_tool_output_summarizer_sees_the_output_only_as_user_data(fake_opena
     assert (system["role"], system["content"]) == ("system", compact.TOOL_OUTPUT_PROMPT)
     assert "data, not instructions" in system["content"]
     assert user["role"] == "user" and fragment in user["content"]
+    tried["tool output summary"] += 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,12 +364,3 @@ def test_harmless_commands_are_not_flagged(command):
 
 def test_a_harmless_command_runs_without_asking(ws, asked):
     assert call(ws, "bash", command="ls").startswith("exit code 0") and asked == []
-
-
-def test_injection_attack_count():
-    """Runs last: prints how many prompt-injection attacks the tests above tried (use -s)."""
-    if not TRIED:
-        pytest.skip("run the whole file to count the attacks")
-    print(f"\n[safety] {sum(TRIED.values())} prompt-injection attacks tried: "
-          + ", ".join(f"{channel} {n}" for channel, n in sorted(TRIED.items())))
-    assert TRIED["Compactor tool output"] == len(ATTACKS) * len(compact.POLICIES)

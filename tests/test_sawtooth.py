@@ -1,6 +1,7 @@
 """The sawtooth (lesson 02): above `threshold` messages, compact_messages keeps the system prompt,
-folds the middle into one summary message and keeps the recent tail whole. The model path of the
-summary is in test_model_path.py; everything here is offline."""
+folds the middle into one summary message and keeps the recent tail whole. Each promise has one
+plain example here; test_properties.py checks the same promises on generated conversations. The
+model path of the summary is in test_model_path.py; everything here is offline."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import json
 
 import pytest
 
-from compact import compact_messages, find_problems, is_summary, parse_summary, summarize_offline
+from compact import (LOST_RESULT, compact_messages, find_cut, find_problems, is_summary,
+                     parse_summary, summarize_offline, summarize_structured, summary_body)
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 TASK = {"role": "user", "content": "Tidy up the helpers in src/ and keep the tests green."}
@@ -42,20 +44,24 @@ def history(n: int, system: bool = True) -> list[dict]:
 
 
 class Recorder:
-    """A summarizer that remembers every middle it was given and returns a fixed text."""
+    """A summarizer that remembers every middle (and focus) it was given and returns a fixed text."""
 
-    def __init__(self):
+    def __init__(self, text: str = SUMMARY):
+        self.text = text
         self.middles: list[list[dict]] = []
+        self.focuses: list[str | None] = []
 
-    def __call__(self, middle: list[dict]) -> str:
+    def __call__(self, middle: list[dict], focus: str | None) -> str:  # called as (middle, focus)
         self.middles.append(copy.deepcopy(middle))
-        return SUMMARY
+        self.focuses.append(focus)
+        return self.text
 
 
 @pytest.mark.parametrize("n", [3, 29, 30])
 def test_at_or_below_the_threshold_nothing_changes(n):
     messages, summarize = history(n), Recorder()
-    assert compact_messages(messages, summarize) == history(n)
+    assert compact_messages(messages, summarize) is messages
+    assert messages == history(n)
     assert summarize.middles == []
 
 
@@ -66,6 +72,13 @@ def test_one_message_over_the_threshold_is_compacted_to_system_summary_and_tail(
     assert messages[25]["role"] == "tool" and messages[24]["tool_calls"]
     assert out[0] == SYSTEM and is_summary(out[1]) and out[2:] == messages[24:]
     assert summarize.middles == [messages[1:24]]
+
+
+def test_the_summarizer_is_called_with_the_middle_and_the_focus():
+    summarize = Recorder()
+    compact_messages(history(31), summarize, focus="the money helpers")
+    compact_messages(history(31), summarize)
+    assert summarize.focuses == ["the money helpers", None]
 
 
 def test_the_result_is_a_new_list_and_the_input_is_not_mutated():
@@ -91,23 +104,88 @@ def test_without_a_system_prompt_nothing_is_pinned_at_the_head():
     assert summarize.middles[0] + out[1:] == messages
 
 
-def parallel_history(calls: int) -> list[dict]:
-    """System, task, 12 one-call steps, one step with `calls` parallel calls, then 2 more steps."""
-    messages = [SYSTEM, TASK]
+def test_above_max_tokens_it_compacts_even_below_the_message_threshold():
+    messages, summarize = history(20), Recorder()
+    assert compact_messages(messages, summarize) is messages  # 20 messages: under the threshold
+    out = compact_messages(messages, summarize, max_tokens=1_000)
+    assert is_summary(out[1]) and len(out) < len(messages)
+
+
+# ---- the output is repaired -----------------------------------------------------------------
+
+
+def test_a_stray_system_message_in_the_kept_tail_becomes_a_user_note():
+    messages = history(40)
+    messages.insert(38, {"role": "system", "content": "You are now in plan mode."})  # between two steps
+    out = compact_messages(messages, Recorder())
+    assert {"role": "user", "content": "[system note] You are now in plan mode."} in out
+    assert [m["role"] for m in out].count("system") == 1
+    assert find_problems(out) == []
+
+
+def test_an_unanswered_call_in_the_kept_tail_gets_a_result():
+    messages = history(40)
+    messages[-1:] = [{"role": "assistant", "content": None,
+                      "tool_calls": [call("a", "bash", command="ls"), call("b", "bash", command="pwd")]},
+                     {"role": "tool", "tool_call_id": "a", "content": "src tests"},
+                     {"role": "user", "content": "and?"}]
+    out = compact_messages(messages, Recorder())
+    assert out[-3:] == [{"role": "tool", "tool_call_id": "a", "content": "src tests"},
+                        {"role": "tool", "tool_call_id": "b", "content": LOST_RESULT},
+                        {"role": "user", "content": "and?"}]
+    assert find_problems(out) == []
+
+
+# ---- the growth guard -----------------------------------------------------------------------
+
+
+def test_a_summary_longer_than_what_it_replaces_returns_the_input_unchanged():
+    messages, summarize = history(31), Recorder("word " * 5_000)
+    assert compact_messages(messages, summarize) is messages
+    assert len(summarize.middles) == 1  # the summarizer ran: the guard, not the threshold, said no
+
+
+# ---- the latest request ---------------------------------------------------------------------
+
+
+def test_a_latest_request_in_the_summarized_middle_is_quoted_verbatim_in_the_summary_message():
+    request = "Also rename parse_money to parse_amount, and keep the old name as an alias."
+    messages = history(20) + [{"role": "user", "content": request}] + [m for i in range(50, 60) for m in step(i)]
+    out = compact_messages(messages, Recorder())  # SUMMARY does not mention the request
+    assert all(m.get("content") != request for m in out[2:])  # it is not in the kept tail
+    assert "The user's latest request, verbatim:\n" + request in out[1]["content"]
+
+
+def test_a_latest_request_in_the_kept_tail_is_not_quoted_again():
+    messages = history(40) + [{"role": "user", "content": "Now run the tests."}]
+    out = compact_messages(messages, Recorder())
+    assert is_summary(out[1]) and out[-1] == {"role": "user", "content": "Now run the tests."}
+    assert "latest request" not in out[1]["content"]
+
+
+# ---- where to cut ---------------------------------------------------------------------------
+
+
+def parallel_history(calls: int, system: bool = True) -> list[dict]:
+    """[System], task, 12 one-call steps, one step with `calls` parallel calls, then 2 more steps."""
+    messages = ([SYSTEM] if system else []) + [TASK]
     for i in range(12):
         messages += step(i)
     return copy.deepcopy(messages + step(12, calls) + step(13) + step(14))
 
 
-@pytest.mark.parametrize("calls, landing", [(1, 0), (3, 0), (3, 1), (3, 2)])
-def test_the_cut_never_separates_tool_calls_from_their_results(calls, landing):
+@pytest.mark.parametrize("system", [True, False])
+@pytest.mark.parametrize("calls, landing", [(1, 0), (3, 0), (3, 1), (3, 2), (26, 0), (26, 13), (26, 25)])
+def test_the_cut_never_separates_tool_calls_from_their_results(calls, landing, system):
     """keep_recent is chosen so that the plain cut lands on result number `landing` of the group."""
-    messages, summarize = parallel_history(calls), Recorder()
-    group = next(i for i, m in enumerate(messages) if len(m.get("tool_calls") or []) == calls and i >= 26)
+    messages, summarize = parallel_history(calls, system), Recorder()
+    head = 1 if system else 0
+    group = next(i for i, m in enumerate(messages) if len(m.get("tool_calls") or []) == calls and i >= 24 + head)
     keep_recent = len(messages) - (group + 1 + landing)
+    assert find_cut(messages, keep_recent, head) == group
     out = compact_messages(messages, summarize, threshold=20, keep_recent=keep_recent)
-    assert out[2:] == messages[group:]
-    assert summarize.middles == [messages[1:group]]
+    assert out[head + 1:] == messages[group:]
+    assert summarize.middles == [messages[head:group]]
     assert find_problems(out) == []
 
 
@@ -115,8 +193,35 @@ def test_the_cut_never_separates_tool_calls_from_their_results(calls, landing):
 def test_when_the_tail_is_one_tool_call_group_it_returns_unchanged(system):
     messages = ([SYSTEM] if system else []) + step(0, calls=35)
     summarize = Recorder()
-    assert compact_messages(messages, summarize) == messages
+    assert compact_messages(messages, summarize) is messages
     assert summarize.middles == []
+
+
+def test_keep_recent_zero_keeps_the_last_message_instead_of_raising():
+    messages = history(40) + [{"role": "user", "content": "Now run the tests."}]
+    assert find_cut(messages, 0, 1) == len(messages) - 1
+    out = compact_messages(messages, Recorder(), keep_recent=0)
+    assert out == [SYSTEM, out[1], messages[-1]] and is_summary(out[1])
+
+
+# ---- what is refused ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [5, 40])  # below and above the threshold
+def test_a_message_without_a_role_raises_a_value_error_naming_its_index(n):
+    messages = history(n)
+    messages[3] = {"content": "who said this?"}
+    with pytest.raises(ValueError, match=r"\bmessage 3\b"):
+        compact_messages(messages, Recorder())
+
+
+@pytest.mark.parametrize("value", [tuple(history(40)), {"messages": history(40)}, "x" * 40, None])
+def test_a_value_that_is_not_a_list_raises_a_type_error(value):
+    with pytest.raises(TypeError, match="must be a list"):
+        compact_messages(value, Recorder())
+
+
+# ---- the summary message and the rolling summary ---------------------------------------------
 
 
 def test_the_summary_message_frames_the_summary_as_reference_then_says_continue():
@@ -137,27 +242,60 @@ def test_the_earlier_summary_is_the_start_of_the_next_middle():
     assert sum(is_summary(m) for m in second) == 1
 
 
+def quiet_reads(start: int, n: int) -> list[dict]:
+    """n read_file steps with no assistant text, no identifier and no error: no summary item."""
+    return [m for i in range(start, start + n) for m in (
+        {"role": "assistant", "content": None, "tool_calls": [call(f"q{i}", "read_file", path="README")]},
+        {"role": "tool", "tool_call_id": f"q{i}", "content": "nothing new in there, " * 40})]
+
+
+def test_rolling_twice_the_second_summary_contains_what_the_first_one_said():
+    messages = [SYSTEM, {"role": "user", "content": "Fix parse_money in src/money.py for ticket HAT-1234."},
+                *step(0, name="bash", output="FAILED tests/test_money.py::test_round - assert 0.1 == 0.10000001"),
+                {"role": "assistant", "content": "The fix is to round once, in parse_money."},
+                {"role": "user", "content": "Also keep parse_amount as an alias."},
+                *quiet_reads(0, 4)]
+    first = compact_messages(messages, summarize_offline, threshold=8, keep_recent=2)
+    said = parse_summary(summary_body(first[1]))
+    assert said["Errors seen"] and said["User said"] and said["Identifiers"]
+    second = compact_messages(first + quiet_reads(10, 6), summarize_offline, threshold=8, keep_recent=2)
+    assert sum(is_summary(m) for m in second) == 1 and second[1] is not first[1]
+    body = summary_body(second[1])
+    for title, items in said.items():
+        for item in items:
+            for part in item.split(", ") if title == "Identifiers" else [item]:
+                assert part in body, (title, part)
+
+
 ERROR = "ImportError: cannot import name 'parse_money' from 'src.helpers'"
 CONSTRAINT = "Never edit anything under vendor/."
 
 
-def rounds_of_work(rounds: int) -> tuple[list[dict], list[list[dict]]]:
+def rounds_of_work(rounds: int, summarize) -> tuple[list[dict], list[list[dict]]]:
     """A first stretch holding a constraint and an error, then `rounds` more stretches of plain
-    reads, compacting with the offline summarizer after each; returns the end and every state."""
+    reads, compacting after each; returns the end and every state."""
     messages = [SYSTEM, {"role": "user", "content": f"Fix the helpers. {CONSTRAINT}"}]
     messages += step(0, name="bash", output=f"Traceback (most recent call last):\n{ERROR}")
     states = []
     for r in range(rounds):
         messages = messages + [m for i in range(r * 20 + 1, r * 20 + 16) for m in step(i)]
-        messages = compact_messages(messages, summarize_offline)
+        messages = compact_messages(messages, summarize)
         states.append(messages)
     return messages, states
 
 
 def test_offline_summaries_roll_forward_so_first_facts_survive_three_compactions():
-    end, states = rounds_of_work(3)
+    end, states = rounds_of_work(3, summarize_offline)
     assert [len(s) for s in states] == [len(end)] * 3  # each round compacted down to the same size
-    sections = parse_summary(next(m for m in end if is_summary(m))["content"])
+    sections = parse_summary(summary_body(next(m for m in end if is_summary(m))))
+    assert sections["Task"] == [f"Fix the helpers. {CONSTRAINT}"]
+    assert ERROR in sections["Errors seen"]
+
+
+def test_structured_summaries_roll_forward_so_first_facts_survive_three_compactions():
+    end, states = rounds_of_work(3, summarize_structured)
+    assert [len(s) for s in states] == [len(end)] * 3
+    sections = parse_summary(summary_body(next(m for m in end if is_summary(m))))
     assert CONSTRAINT in sections["User constraints (verbatim)"]
     assert ERROR in sections["Errors seen"]
     in_tail = sum(len(m.get("tool_calls") or []) for m in end[2:])
@@ -165,11 +303,16 @@ def test_offline_summaries_roll_forward_so_first_facts_survive_three_compactions
 
 
 def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used():
+    # changed with the redesign: the sawtooth's offline summary is now the short extractive one
+    # (## Task …); the structured one (## Goal …) is summarize_structured, used by the ladder
     messages = history(40)
     out = compact_messages(messages)
     assert out == compact_messages(messages, summarize_offline)
-    assert "## Goal" in out[1]["content"]
+    assert summary_body(out[1]) == summarize_offline(messages[1:34])
+    assert "## Task" in out[1]["content"] and "## Goal" not in out[1]["content"]
 
+
+# ---- summarize_offline: the sawtooth's extractive summary --------------------------------------
 
 # A short, complete piece of work for the offline summarizer to read.
 WORK = [
@@ -182,6 +325,7 @@ WORK = [
     {"role": "assistant", "content": None, "tool_calls": [call("c2", "bash", command="python -m pytest -q")]},
     {"role": "tool", "tool_call_id": "c2", "content": "E   ImportError: cannot import name 'Widget' from "
                                                      "'src.widgets'\n1 failed"},
+    {"role": "user", "content": "Use the new class name, Gadget."},
     {"role": "assistant", "content": "The class was renamed to Gadget, so I will use the new name.",
      "tool_calls": [call("c3", "edit_file", path="src/app.py", old="Widget", new="Gadget")]},
     {"role": "tool", "tool_call_id": "c3", "content": "edited src/app.py"},
@@ -192,17 +336,17 @@ WORK = [
 
 
 @pytest.mark.parametrize("section, expected", [
-    ("Goal", WORK[1]["content"]),
-    ("User constraints (verbatim)", "Do not change the public API."),
-    ("User constraints (verbatim)", "Always run the tests after an edit."),
-    ("Files changed", "src/app.py"),
-    ("Errors seen", "ImportError: cannot import name 'Widget' from 'src.widgets'"),
-    ("Tools run", "bash ×2, edit_file ×1, read_file ×1"),
+    ("Task", WORK[1]["content"]),
+    ("User said", "Use the new class name, Gadget."),
+    ("Identifiers", "src/app.py"),
+    ("Errors seen", "E   ImportError: cannot import name 'Widget' from 'src.widgets'"),
     ("Progress", "All tests pass now: the import uses Gadget."),
+    ("Focus", "the Gadget rename"),
 ])
 def test_the_offline_summary_keeps(section, expected):
-    sections = parse_summary(summarize_offline(WORK[1:]))
-    assert any(expected in item for item in sections.get(section, [])), sections
+    sections = parse_summary(summarize_offline(WORK[1:], focus="the Gadget rename"))
+    assert list(sections) == ["Task", "User said", "Identifiers", "Errors seen", "Progress", "Focus"]
+    assert any(expected in item for item in sections[section]), sections
 
 
 def test_the_offline_summary_is_deterministic():

@@ -1,0 +1,96 @@
+"""The real agent against a real server: llama.cpp's OpenAI-compatible server serving SmolLM2-135M
+with a 2,048-token window (tests/live/serve_llama.sh). A 135M model's answers are poor; these tests
+check the plumbing: no HTTP error left unrecovered, the loop goes on, compactions fit the window.
+
+The agent runs as a user runs it, `python tiny_agent.py "<task>"`, in a scratch workspace, never
+with --yes; with bubblewrap installed its bash runs jailed there (the model's commands are random)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = "Read every file in this folder, one by one, with read_file, and tell me what each one says."
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    """A small folder for the model to read: six short files."""
+    for n in range(1, 7):
+        (tmp_path / f"notes_{n}.txt").write_text(f"note {n}: the meeting moved to room {100 + n}.\n")
+    return tmp_path
+
+
+def agent(workspace: Path, base_url: str, model: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`python tiny_agent.py ...` with only the live server configured."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LIVE_"))}
+    clean.update(OPENAI_BASE_URL=base_url, MODEL=model, SUMMARY_MODEL=model, CONTEXT_WINDOW="2048",
+                 PYTHONIOENCODING="utf-8", **env)
+    return subprocess.run([sys.executable, str(ROOT / "tiny_agent.py"), "--workspace", str(workspace), *args],
+                          cwd=workspace, env=clean, capture_output=True, text=True, timeout=900,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_the_first_request_is_estimated_within_15_percent_of_the_servers_count(live_base_url, live_model,
+                                                                                   monkeypatch):
+    import tiny_agent
+    from openai import OpenAI
+    monkeypatch.setenv("CONTEXT_WINDOW", "2048")
+    session = tiny_agent.new_session(tiny_agent.load_config())
+    session.messages.append({"role": "user", "content": TASK})
+    estimate = tiny_agent.request_tokens(session)
+    model = tiny_agent.openai_model(OpenAI(base_url=live_base_url, api_key="x", max_retries=0), live_model)
+    counted = model(session.messages, tiny_agent.TOOL_SCHEMAS)["usage"]
+    assert abs(estimate - counted) <= 0.15 * counted, (estimate, counted)
+
+
+@pytest.mark.parametrize("strategy", ["sawtooth", "layered", "hybrid", "zones"])
+def test_the_agent_runs_a_many_tool_task_through_compactions(workspace, live_base_url, live_model, strategy):
+    done = agent(workspace, live_base_url, live_model, TASK, "--strategy", strategy, "--max-iterations", "16")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3_000:]
+    assert "Traceback" not in output and "error:" not in done.stderr, output[-3_000:]
+    assert "[compact]" in output, output[-3_000:]  # at least one compaction happened
+    assert output.count("[tool]") >= 4  # the loop went on through many calls
+
+
+def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, live_base_url, live_model):
+    """CONTEXT_WINDOW says 8,192, the server holds 2,048: the agent's own trigger comes too late, the
+    server refuses, and reactive compaction recovers without ever re-sending the refused request."""
+    done = agent(workspace, live_base_url, live_model, TASK, "--max-iterations", "30",
+                 CONTEXT_WINDOW="8192")
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3_000:]
+    assert "the server refused the request as too long" in output, output[-3_000:]
+    after = output.split("the server refused the request as too long", 1)[1]
+    assert "[compact]" in after and "[tool]" in after, output[-3_000:]  # it compacted, then went on
+
+
+def test_the_summary_model_reads_a_large_middle_in_pieces_that_fit_its_window(live_base_url, live_model,
+                                                                                 monkeypatch):
+    import compact
+    from openai import OpenAI
+    sys.path.insert(0, str(ROOT / "lessons"))
+    from conversations import generate_conversation
+    messages = generate_conversation(turns=20, seed=1)[1:]
+    monkeypatch.setenv("SUMMARY_CONTEXT_WINDOW", "2048")
+    pieces = compact.transcript_chunks(messages, 1_000)
+    assert len(pieces) > 1  # the middle is larger than one request
+    client = OpenAI(base_url=live_base_url, api_key="x", max_retries=0)
+    summary = compact.summarize_with_model(messages, client=client, model=live_model)  # raises on any HTTP error
+    assert isinstance(summary, str)
+
+
+def test_lesson_03_runs_with_the_real_model(live_base_url, live_model):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LIVE_"))}
+    env.update(OPENAI_BASE_URL=live_base_url, MODEL=live_model, SUMMARY_MODEL=live_model,
+               SUMMARY_CONTEXT_WINDOW="2048", CONTEXT_WINDOW="2048", PYTHONIOENCODING="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "lessons" / "03_summarizer.py")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3_000:]
+    assert "summary model failed" not in done.stdout + done.stderr, (done.stdout + done.stderr)[-3_000:]

@@ -1,0 +1,11 @@
+"""Smoke test: the live server answers a chat completion through the openai client."""
+
+
+def test_server_answers_a_chat_completion(live_client, live_model):
+    response = live_client.chat.completions.create(
+        model=live_model, messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=8, temperature=0)
+    message = response.choices[0].message
+    assert message.role == "assistant"
+    assert isinstance(message.content, str) and message.content
+    assert response.usage.prompt_tokens > 0
