@@ -128,13 +128,17 @@ def estimate_tokens(text_or_messages: str | list[dict]) -> int:
 
 
 def drop_old_reasoning(messages: list[dict]) -> list[dict]:
-    """Remove the reasoning of assistant messages before the last user message: thinking servers
-    (DeepSeek, Qwen) ignore it there, and it is often larger than the answer (lesson 05)."""
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    out = [{k: v for k, v in m.items() if k not in REASONING_FIELDS}
-           if i < last_user and m.get("role") == "assistant" and reasoning_text(m) else m
-           for i, m in enumerate(messages)]
-    return out if any(a is not b for a, b in zip(out, messages)) else messages
+    """Remove the reasoning of a finished exchange (user message to user message) that made no tool
+    call: thinking servers ignore it there. An exchange with tool calls keeps its reasoning in every
+    later request, or DeepSeek answers HTTP 400 (lesson 05b)."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    quiet = [(a, b) for a, b in zip(users, users[1:]) if not any(m.get("tool_calls") for m in messages[a + 1:b])]
+    drop = {i for a, b in quiet for i in range(a + 1, b)
+            if messages[i].get("role") == "assistant" and reasoning_text(messages[i])}
+    if not drop:
+        return messages
+    return [{k: v for k, v in m.items() if k not in REASONING_FIELDS} if j in drop else m
+            for j, m in enumerate(messages)]
 
 
 # --- Where to cut ----------------------------------------------------------------------------
@@ -175,10 +179,12 @@ def cut_that_fits(messages: list[dict], keep_recent: int, head: int, max_tokens:
     than half of `max_tokens`: the token net under the message count (lesson 02)."""
     cut = find_cut(messages, keep_recent, head)
     while max_tokens and estimate_tokens(messages[cut:]) > max_tokens // 2:
-        shorter = find_cut(messages, len(messages) - cut - 1, head)
-        if shorter <= cut:
-            break  # what is left is the newest tool-call group, which is never split
-        cut = shorter
+        after = cut + 1
+        while after < len(messages) and messages[after].get("role") == "tool":
+            after += 1  # step over the whole group: calls and their results go together
+        if after >= len(messages):
+            break  # what is left is the newest group, which is never split
+        cut = after
     return cut
 
 
@@ -234,12 +240,16 @@ IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|\b(?:[A
 IDENTIFIER_LIMIT = 150  # identifiers a summary keeps, the most recent first
 
 
+_MEASURE = re.compile(r"\d+(?:[a-zA-Z]{1,2}|[.:]\d+\w?)")  # 368ms, 850Z, 1.5s: a reading, not a name
+
+
 def identifiers(texts: list[str], limit: int = IDENTIFIER_LIMIT) -> list[str]:
     """Distinct identifiers in the texts, the most recently mentioned first (lesson 03)."""
     found: dict[str, None] = {}
     for text in reversed(texts):
         for word in reversed(IDENTIFIER.findall(text)):
-            found.setdefault(word.rstrip("."), None)
+            if not _MEASURE.fullmatch(word):
+                found.setdefault(word.rstrip("."), None)
         if len(found) >= limit:
             break
     return list(found)[:limit]
@@ -724,19 +734,20 @@ def sentences(text: str) -> list[str]:
 
 
 def near_duplicate_key(text: str) -> str:
-    """Two sentences that differ only in numbers, case or spacing are one ("found 3 actions")."""
-    return " ".join(re.sub(r"\d+", "#", text.lower()).split())
+    """Two sentences that differ only in a count, case or spacing are one ("found 3 actions." and
+    "found 2 actions."); a number inside a name (module_02.py) still tells them apart."""
+    return " ".join(re.sub(r"\b\d+\b", "#", text.lower()).split())
 
 
 def find_constraints(messages: list[dict]) -> list[str]:
-    """User sentences that constrain the agent, verbatim, near-duplicates once. Only user messages
-    count, never tool output or a summary, so text planted in a tool result cannot become a rule
-    (lesson 10)."""
+    """User sentences that constrain the agent, verbatim, near-duplicates once in their newest wording.
+    Only user messages count, never tool output or a summary, so text planted in a tool result
+    cannot become a rule (lesson 10)."""
     found: dict[str, str] = {}
     for m in user_requests(messages):
         for s in sentences(content_text(m)):
             if CONSTRAINT.search(s):
-                found.setdefault(near_duplicate_key(s), s)
+                found[near_duplicate_key(s)] = s
     return list(found.values())
 
 
@@ -962,19 +973,16 @@ def leaving(before: list[dict], after: list[dict]) -> list[dict]:
 
 
 def pin(pinned: list[str], new: list[str]) -> list[str]:
-    """Add constraints to the pinned list, near-duplicates once, in the order the user said them."""
-    keys = {near_duplicate_key(p) for p in pinned}
-    out = list(pinned)
-    for c in new:
-        if near_duplicate_key(c) not in keys:
-            keys.add(near_duplicate_key(c))
-            out.append(c)
-    return out
+    """Add constraints to the pinned list in the order the user said them; a near-duplicate takes
+    the place of the older wording (the user's latest word holds)."""
+    by_key = {near_duplicate_key(p): p for p in pinned}
+    by_key.update((near_duplicate_key(c), c) for c in new)
+    return list(by_key.values())
 
 
-def pins_text(pinned: list[str], budget: int) -> str:
+def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
     """The pinned constraints within `budget` tokens, newest last; past it, a line that says how
-    many more there are and how to recall them. Nothing is dropped in silence (lesson 10)."""
+    many more there are and where they are. Nothing is dropped in silence (lesson 10)."""
     shown, used = [], 0
     for c in reversed(pinned):
         if used + text_tokens(c) > budget:
@@ -983,8 +991,8 @@ def pins_text(pinned: list[str], budget: int) -> str:
         used += text_tokens(c) + 2
     text = "Pinned user constraints (verbatim, still in force):\n" + "\n".join(f"- {c}" for c in shown)
     if len(shown) < len(pinned):
-        text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, kept in the archive "
-                 "(use the recall tool with words from them)")
+        text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, not shown for space"
+                 + ("; the recall tool finds them in the archive" if archived else ""))
     return text if pinned else ""
 
 
@@ -1204,6 +1212,8 @@ class Pass:
     force: bool = False  # compact now, whatever the trigger says
     archived: set[int] = field(default_factory=set)  # ids of the messages archived in this pass
     summarized: bool = False  # the summarizer ran: at most one call per compaction
+    inputs: set[int] | None = None  # ids of the messages given to compact: only those are archived,
+    # never a step's intermediate rewrite (a placeholder); None archives whatever leaves
 
 
 ACK = {"role": "assistant", "content": "Understood. I have the summary of the earlier turns and will continue."}
@@ -1266,7 +1276,7 @@ class Compactor:
         """Return a list that fits, or `messages` itself when nothing needs to change. `used` is the
         whole request's size when the server counted it; `only` names the steps to run."""
         check_messages(messages)
-        run, budget = Pass(focus, force), self.budget
+        run, budget = Pass(focus, force, inputs={id(m) for m in messages}), self.budget
         self.state.report = []
         size = budget.history(messages)
         if used is not None:  # the server's count, less what is not history
@@ -1344,6 +1354,9 @@ class Compactor:
         requests = user_requests(messages)
         latest = requests[-1] if requests else None
         middle = [m for m in messages[head:tail_start] if m is not latest]
+        if run.force and not middle:  # "compact now": the tail shrinks to the newest group
+            tail_start = max(head, find_cut(messages, 1, head))
+            middle = [m for m in messages[head:tail_start] if m is not latest]
         tail = messages[tail_start:]
         if latest is not None and not any(m is latest for m in messages[:head] + tail):
             tail = [latest, *tail]
@@ -1370,7 +1383,7 @@ class Compactor:
         """The summary, then what the compactor itself carries: pins, recent files (their current
         text when `reattach` can read it), and where the archive is."""
         effective = self.budget.effective(list(messages))
-        extra = [pins_text(self.state.pinned, int(PIN_SHARE * effective))]
+        extra = [pins_text(self.state.pinned, int(PIN_SHARE * effective), self.archive is not None)]
         if self.state.recent_files:
             extra.append("Recently used files (reopen them if you need their content): "
                          + ", ".join(self.state.recent_files))
@@ -1429,7 +1442,7 @@ class Compactor:
 
     def archive_messages(self, gone: list[dict], run: Pass) -> None:
         """Append to the archive every message not yet archived in this compaction."""
-        fresh = [m for m in gone if id(m) not in run.archived]
+        fresh = [m for m in gone if id(m) not in run.archived and (run.inputs is None or id(m) in run.inputs)]
         run.archived.update(id(m) for m in fresh)
         if self.archive is not None and fresh:
             self.archive.append(fresh, self.state.compactions + 1)

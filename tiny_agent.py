@@ -133,6 +133,9 @@ def ask(session: Session, model: Callable, log=print) -> dict:
             log(f"[compact] the server refused the request as too long ({first_line(error)})")
         while json.dumps(session.messages, sort_keys=True, default=str) in refused:
             level += 1
+            if level > HARDEST and session.config.strategy == "none":
+                raise ContextOverflowError(f"the history (~{request_tokens(session):,} tokens) no longer fits the "
+                                           "model's window and --strategy none does not compact: choose another")
             if level > HARDEST:
                 raise ContextOverflowError(
                     f"the request still does not fit the server's window after compacting it as far as "
@@ -157,12 +160,15 @@ def send(session: Session, model: Callable) -> dict:
 
 def request_tokens(session: Session) -> int:
     """Tokens of the next request: the server's count of what it saw last time, plus an estimate of
-    the messages added since; the estimate alone when the history was rewritten or never counted."""
-    if session.usage:
-        seen, counted = session.usage
-        if len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages)):
-            return counted + sum(estimate_tokens([m]) - 3 for m in session.messages[len(seen):])
-    return estimate_tokens(session.messages) + SCHEMA_TOKENS
+    the messages added since. When the history was rewritten, the estimate, scaled up by how much
+    the server's tokenizer counted over ours last time (never down)."""
+    estimate = estimate_tokens(session.messages) + SCHEMA_TOKENS
+    if not session.usage:
+        return estimate
+    seen, counted = session.usage
+    if len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages)):
+        return counted + sum(estimate_tokens([m]) - 3 for m in session.messages[len(seen):])
+    return round(estimate * max(1.0, counted / (estimate_tokens(seen) + SCHEMA_TOKENS)))
 
 
 def requested_focus(arguments: str) -> str:
@@ -175,14 +181,19 @@ def requested_focus(arguments: str) -> str:
 
 
 def cut_newest_outputs(messages: list[dict], max_chars: int = 2_000) -> list[dict]:
-    """The newest tool results cut to head and tail with their error lines, saying so."""
+    """The newest turn cut to fit, saying so: its tool results to head and tail with their error
+    lines, its call's text and arguments to their start."""
     out = list(messages)
-    for i in range(len(messages) - 1, -1, -1):
+    for i in range(len(messages) - 1, system_head(messages) - 1, -1):
+        m = messages[i]
+        if len(content_text(m)) > max_chars:
+            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 40, max_chars)}
+        if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
+            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
+                {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
+        out[i] = m
         if messages[i].get("role") != "tool":
-            break
-        text = content_text(messages[i])
-        if len(text) > max_chars:
-            out[i] = {**messages[i], "content": "[cut to fit the window]\n" + snip_text(text, 40, max_chars)}
+            break  # the assistant message that made the calls ends the newest turn
     return out if any(a is not b for a, b in zip(out, messages)) else messages
 
 
@@ -224,13 +235,16 @@ def assistant_message(message) -> dict:
     return reply
 
 
-def openai_model(client, model: str, send_reasoning: bool = True) -> Callable[[list[dict], list[dict]], dict]:
-    """A model is any function (messages, tools) -> assistant message; this one asks a server."""
+def openai_model(client, model: str, send_reasoning: bool = True,
+                 max_tokens: int | None = None) -> Callable[[list[dict], list[dict]], dict]:
+    """A model is any function (messages, tools) -> assistant message; this one asks a server.
+    `max_tokens` is the output the budget reserved, so one reply cannot fill the window."""
     def call(messages: list[dict], tools: list[dict]) -> dict:
         with waiting():
             response = client.chat.completions.create(
                 model=model, messages=outgoing(messages, send_reasoning),
-                **({"tools": tools, "tool_choice": "auto"} if tools else {}))
+                **({"tools": tools, "tool_choice": "auto"} if tools else {}),
+                **({"max_tokens": max_tokens} if max_tokens else {}))
         if not getattr(response, "choices", None):
             raise ServerReplyError(f"the server answered without a reply: {str(response)[:120]}")
         reply = assistant_message(response.choices[0].message)
@@ -297,7 +311,7 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
                     reattach: Callable | None = None) -> tuple[Callable, Compactor | None]:
     """(compact, compactor): compact(messages, focus=None, force=0, used=None) returns the list to
     send. force 1 compacts now; 2 to the smallest form; `used` is the request's size in tokens."""
-    reserved = config.context_window // 8  # room for the answer
+    reserved = config.reserved_output  # room for the answer
     if config.strategy == "none":
         return (lambda messages, focus=None, force=0, used=None: messages), None
     if config.strategy == "sawtooth":
@@ -542,6 +556,11 @@ class Config:
     max_iterations: int = 50  # --max-iterations: model calls for one task
     send_reasoning: bool = True  # SEND_REASONING=0 for servers that reject `reasoning_content`
     timeout: float = 120.0  # REQUEST_TIMEOUT: seconds to wait for one model reply
+    max_output: int = 0  # MAX_OUTPUT_TOKENS: the reply's limit and the budget's reserve; 0: 1/8 of the window
+
+    @property
+    def reserved_output(self) -> int:
+        return self.max_output or self.context_window // 8
 
 
 def load_config(env: dict | None = None, **overrides) -> Config:
@@ -553,6 +572,7 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     values = {"model": env.get("MODEL") or Config.model, "base_url": base_url,
               "context_window": whole_number(env, "CONTEXT_WINDOW", "128000", 1_000),
               "timeout": float(whole_number(env, "REQUEST_TIMEOUT", "120", 1)),
+              "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0),
               "send_reasoning": env.get("SEND_REASONING", "1").strip().lower() not in ("0", "false", "no")}
     values.update({k: v for k, v in overrides.items() if v is not None})
     config = Config(**values)
@@ -796,7 +816,8 @@ def main(argv: list[str] | None = None) -> int:
         ws = Workspace(Path(args.workspace), approve=(lambda _: True) if args.yes else ask_on_terminal)
         if not ws.root.is_dir():
             raise ConfigError(f"--workspace {args.workspace}: no such folder")
-        model = openai_model(make_client(timeout=config.timeout), config.model, config.send_reasoning)
+        model = openai_model(make_client(timeout=config.timeout), config.model, config.send_reasoning,
+                             config.reserved_output)
         folder = session_folder(ws.root)
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
         if args.resume:
@@ -822,7 +843,8 @@ def diagnose(error: Exception, config: Config) -> str:
     import openai
     where = config.base_url or "api.openai.com"
     if isinstance(error, openai.APITimeoutError):
-        return f"the server at {where} did not answer in {config.timeout:g} s (REQUEST_TIMEOUT sets the wait)"
+        return (f"the server at {where} did not answer in {config.timeout:g} s, twice (REQUEST_TIMEOUT sets "
+                "the wait)")
     if isinstance(error, openai.APIConnectionError):
         return f"cannot reach {where}: start the server or fix OPENAI_BASE_URL in .env"
     if isinstance(error, openai.AuthenticationError):

@@ -14,10 +14,12 @@ tools on a temporary folder of small Python files:
 
 Every request re-sends all earlier ones, so if each iteration adds about k tokens, request n
 holds about n·k tokens, and the n requests together cost k·n²/2: quadratic in the iterations.
+When the server refuses, ask() compacts harder (force 1, 2, 3) and never re-sends a refused
+request; strategy "none" changes nothing, so the loop ends with ContextOverflowError.
 
 What changed: nothing yet. This is the starting point, the loop with no compaction at all.
 Try it: raise WINDOW to 12_000 and the loop finishes; add names to show.SHOP_FILES and it hits the wall again.
-Explains tiny_agent.py: run, DemoModel, ContextLengthExceeded, is_context_overflow ("the loop").
+Explains tiny_agent.py: run, ask, DemoModel, ContextLengthExceeded, is_context_overflow (the loop).
 Run: python lessons/01_the_wall.py
 """
 
@@ -27,40 +29,48 @@ import textwrap
 from pathlib import Path
 
 import show
-from compact import estimate_tokens
+from compact import ContextOverflowError, estimate_tokens
 from tiny_agent import (DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Workspace,
                         is_context_overflow, new_session, run)
 
 WINDOW = 4_000  # tokens the demo model accepts, like a (very small) real model
 
 
-def recording(model, sent: list[int]):
-    """Wrap the model so we see each request's size before the model gets it."""
+def recording(model, sent: list[int], refused: list[Exception]):
+    """Wrap the model so we see each request's size before the model gets it, and its refusal."""
     def call(messages, tools):
         sent.append(estimate_tokens(messages))
         print(f"[send] iteration {len(sent):>2}: {len(messages):>3} messages, ~{sent[-1]:>6,} tokens"
               f"   (all requests so far: ~{sum(sent):>7,})")
-        return model(messages, tools)
+        try:
+            return model(messages, tools)
+        except ContextLengthExceeded as error:
+            refused.append(error)
+            raise
     return call
 
 
 def main() -> None:
     show.banner(f"The loop with no compaction, a model whose window is {WINDOW:,} tokens")
     sent: list[int] = []
+    refused: list[Exception] = []
+    stopped = None
     with tempfile.TemporaryDirectory(prefix="lesson01-") as folder:
         show.make_project(Path(folder))
-        session, model, error = new_session(Config(strategy="none")), DemoModel(window=WINDOW), None
+        session = new_session(Config(strategy="none"))
         try:
-            run(session, DEMO_TASK, recording(model, sent), Workspace(Path(folder)), log=lambda line: None)
+            run(session, DEMO_TASK, recording(DemoModel(window=WINDOW), sent, refused), Workspace(Path(folder)),
+                log=lambda line: None)
             print("[answer] the loop finished before it hit the wall: lower WINDOW to see it")
-        except ContextLengthExceeded as caught:
-            error = caught
+        except ContextOverflowError as error:
+            stopped = error
 
-    if error is not None:
+    if refused:
+        error = refused[0]
         show.banner("The server refuses the request")
         print(f"[error] {error}")
-        print(f"[error] is_context_overflow(error) = {is_context_overflow(error)}: lesson 02's loop would "
-              "compact and retry; strategy none gives up")
+        print(f"[error] is_context_overflow(error) = {is_context_overflow(error)}: the loop's ask() compacts "
+              "harder and retries")
         print("[error] an OpenAI server sends this body with HTTP 400:")
         body = {"error": {"message": f"This model's maximum context length is {WINDOW} tokens. However, "
                                      f"your messages resulted in {sent[-1]} tokens. Please reduce the "
@@ -68,6 +78,9 @@ def main() -> None:
                           "type": "invalid_request_error", "param": "messages",
                           "code": "context_length_exceeded"}}
         print(textwrap.indent(json.dumps(body, indent=2), "        "))
+        print("[stop] ask() tried force 1, 2 and 3; strategy none returned the same list each time, and a")
+        print("[stop] refused request is never sent twice, so the loop stopped with ContextOverflowError:")
+        print(textwrap.fill(str(stopped), 96, initial_indent="    ", subsequent_indent="    "))
 
     show.banner("Why the bill grows quadratically")
     n, k = len(sent), (sent[-1] - sent[0]) / max(1, len(sent) - 1)
@@ -76,7 +89,7 @@ def main() -> None:
     print(f"[growth] {n} requests sent ~{sum(sent):,} tokens in all; n·(first request) + k·n(n−1)/2 "
           f"≈ {k * n * (n - 1) / 2 + n * sent[0]:,.0f}")
     print(f"[growth] twice the iterations would cost about four times as much: ~{4 * sum(sent):,} tokens")
-    wall = f"refused at ~{sent[-1]:,} tokens > window {WINDOW:,}" if error else "no wall hit"
+    wall = f"refused at ~{sent[-1]:,} tokens > window {WINDOW:,}" if refused else "no wall hit"
     print(f"[lesson 01] done: {len(session.messages)} messages, {wall}; "
           f"{n} requests cost ~{sum(sent):,} tokens")
 

@@ -5,24 +5,31 @@ The problem: the window is counted in tokens, not characters or messages. "len(t
 fits English prose only: code, JSON and logs have more tokens per character, and one Chinese
 character is about one token, so chars/4 counts Chinese text at a fraction of its real size.
 
-How it works: estimate_tokens counts exactly with the o200k tokenizer when `bpe-openai` is
+How it works: text_tokens counts exactly with the o200k tokenizer when `bpe-openai` is
 installed (pip install .[tokens]); otherwise heuristic_tokens splits the text the way a BPE
-tokenizer roughly does (words, digit groups, CJK characters, punctuation). Then Budget says how
-much of the window the history may use:
+tokenizer roughly does (words, digit groups, CJK characters, punctuation). Each string is counted
+once and remembered, so a long history is not re-tokenized on every turn. message_tokens adds a
+message's reasoning, its tool calls and the framing every message costs; estimate_tokens sums a
+list. Then Budget says how much of the window the history may use:
 
     |<------------------------------ context_window ------------------------------>|
     | system prompt |        history may use this: effective        | reserved output |
                     |<- target 0.5 ->|
                     |<----- trigger 0.7 ----->|  past here: compact, down to target
 
-What changed since lesson 03: lessons 01-02 counted messages; from here on we count tokens.
+An estimate is still an estimate: when the server reports how many tokens it counted
+(usage.prompt_tokens), the loop passes that to the compactor as `used` (tiny_agent.request_tokens).
+
+What changed since lesson 03: the sawtooth counted messages (its token net aside); Part II counts
+tokens from here on.
 Try it: paste your own text into SAMPLES; set WINDOW to 128_000 and see the trigger move.
-Explains compact.py: heuristic_tokens, estimate_tokens, Budget (section 1 "measure").
+Explains compact.py Part I: heuristic_tokens, text_tokens, message_tokens, estimate_tokens ("Messages
+and their tokens"); Part II: Budget ("Measuring").
 Run: python lessons/04_measuring_tokens.py
 """
 
 import show
-from compact import Budget, _exact_encoding, estimate_tokens, heuristic_tokens, message_tokens
+from compact import Budget, estimate_tokens, heuristic_tokens, message_tokens
 from conversations import generate_conversation
 
 WINDOW, RESERVED = 40_000, 4_000
@@ -54,8 +61,17 @@ def cell(estimate: int, exact: int | None) -> str:
     return f"{estimate:>6}" + (f" ({(estimate - exact) / exact:+4.0%})" if exact else "       ")
 
 
+def exact_encoding():
+    """The o200k tokenizer itself, for the exact column; None without the `tokens` extra."""
+    try:
+        import bpe_openai
+    except ImportError:
+        return None
+    return bpe_openai.get_encoding("o200k_base")
+
+
 def main() -> None:
-    encoding = _exact_encoding()
+    encoding = exact_encoding()
     show.banner("Three ways to count the same text")
     if encoding is None:
         print("[tokens] bpe-openai is not installed (pip install .[tokens]): no exact count, heuristic only")

@@ -4,24 +4,36 @@ Motto: the head says what ran, the tail says how it ended, the errors say why.
 The problem: one test run or log can be longer than the rest of the history together. Masking
 (lesson 05) only touches OLD results; the newest ones stay whole, however big they are.
 
-How it works: snip_text keeps the first and the last max_lines/2 lines, and from the part it cuts
-only the lines that look like errors (Traceback, Error, FAILED, assert, ...), behind a marker:
+How it works: snip_text keeps the first and the last max_lines/2 lines (or `head` lines first),
+and from the part it cuts only the lines that look like errors, behind a marker:
 
     line 1 … line 20 │ [… 211 lines cut …] │ error lines from the middle │ last 20 lines
 
-A text made of a few enormous lines (minified code, one-line JSON) is cut by characters instead.
-snip_long_outputs applies this to every tool result over a token limit.
+ERROR_LINE finds an error marker anywhere in a line: "KeyError: …", pytest's "E   …" and
+"FAILED …", a log's "… ERROR …" or "npm ERR! …"; not code such as `raise KeyError(name)`. A text
+made of a few enormous lines (minified code, one-line JSON) is cut by characters instead.
+snip_long_outputs applies this to every tool result over a token limit; the newest batch, which
+the model has not read yet, is cut only when it alone is larger than `unseen_max`, and then the
+cut says so.
 
-What changed since lesson 05: masking drops old results; snipping shrinks big ones, even new ones.
+What changed since lesson 05b: masking dropped old results and old reasoning; snipping shrinks big
+ones, even new ones.
 Try it: set MAX_LINES to 10 or 200; in main(), call pytest_log(failing=(5, 230)) to fail in head and tail.
-Explains compact.py: snip_text, ERROR_LINE, snip_long_outputs (section 2 "cheap layers").
+Explains compact.py Part I ("What a summary must keep"): snip_text, ERROR_LINE; Part II ("The cheap
+layers"): snip_long_outputs, newest_batch.
 Run: python lessons/06_snip.py
 """
 
 import show
-from compact import ERROR_LINE, estimate_tokens, snip_text
+from compact import ERROR_LINE, content_text, estimate_tokens, snip_long_outputs, snip_text
 
 MAX_LINES = 40
+LINES = {"2024-05-14T09:25:00Z ERROR disk quota exceeded": "a log's level",
+         "[1500] npm ERR! code ENOSPC": "npm",
+         "E   assert 401 == 200": "pytest's assertion",
+         "    raise KeyError(name)": "code that raises",
+         "tests/test_errors.py::test_parse PASSED": "a test file named errors",
+         "if level == ERROR:": "code that names ERROR"}
 
 
 def node_id(n: int, files: tuple) -> str:
@@ -30,7 +42,7 @@ def node_id(n: int, files: tuple) -> str:
 
 def pytest_log(files: tuple = ("cart", "orders", "sessions", "routes"), tests: int = 240,
                failing: tuple = (97, 151)) -> str:
-    """A long pytest -v run: mostly PASSED lines, two failures in the middle, a summary at the end."""
+    """A long pytest -v run: mostly PASSED lines, failures in the middle, a summary at the end."""
     lines = ["============================= test session starts ==============================",
              "platform linux -- Python 3.12.3, pytest-8.2.0, pluggy-1.5.0", f"collected {tests} items", ""]
     for n in range(tests):
@@ -60,7 +72,7 @@ def main() -> None:
     rows = snipped.split("\n")
     marker, kept = MAX_LINES // 2, kept_errors(snipped)
 
-    show.banner(f"snip_text on a {log.count(chr(10)) + 1}-line pytest log, max_lines={MAX_LINES}")
+    show.banner(f"1. snip_text on a {log.count(chr(10)) + 1}-line pytest log, max_lines={MAX_LINES}")
     for row in rows[:3]:
         print(f"[head] {row[:76]}")
     print(f"[head] … {marker - 3} more head lines")
@@ -70,8 +82,6 @@ def main() -> None:
     print(f"[tail] … {MAX_LINES // 2 - 3} tail lines, ending with:")
     for row in rows[-3:]:
         print(f"[tail] {row[:76]}")
-
-    show.banner("Sizes")
     for label, text in (("before", log), ("after", snipped)):
         print(f"[snip] {label:<6} {text.count(chr(10)) + 1:>4} lines, {len(text):>6,} chars, "
               f"~{estimate_tokens(text):>5,} tokens")
@@ -83,13 +93,28 @@ def main() -> None:
     print(f"[snip] one {len(one_line):,}-char line (minified JSON) is cut by characters to {len(cut):,}: "
           f"{cut.split(chr(10))[1]}")
 
-    show.banner("The limit of a cheap filter")
-    noisy_log = pytest_log(files=("cart", "orders", "sessions", "errors"))
-    noisy = kept_errors(snip_text(noisy_log, max_lines=MAX_LINES))
-    real = [row for row in noisy if "PASSED" not in row]
-    print("[kept] name one test file test_errors.py and ERROR_LINE matches its PASSED lines too;")
-    print(f"[removed] only the last 20 matches stay: {len(noisy) - len(real)} PASSED lines, and {len(real)} "
-          f"of the {len(kept)} real error lines")
+    show.banner("2. What ERROR_LINE calls an error")
+    for line, what in LINES.items():
+        tag = "[error]" if ERROR_LINE.search(line) else "[not]"
+        print(f"{tag:<8}{what:<26} {line.strip()}")
+
+    show.banner("3. snip_long_outputs: old outputs, and the newest batch")
+    messages = [{"role": "user", "content": "Why do the tests fail?"},
+                *show.step("call_1", "bash", log, command="pytest -v"),
+                *show.step("call_2", "bash", pytest_log(tests=400), command="pytest -v --lf")]
+    for unseen_max in (None, 1_000):
+        out = snip_long_outputs(messages, max_tokens=1_000, unseen_max=unseen_max)
+        old, new = (content_text(out[i]) for i in (2, 4))
+        print(f"[snip] unseen_max={unseen_max}: the old output ~{estimate_tokens(log):,} → ~{estimate_tokens(old):,} "
+              f"tokens; the newest ~{estimate_tokens(content_text(messages[4])):,} → ~{estimate_tokens(new):,}")
+    print(f"[snip] the cut newest output starts: {new.split(chr(10))[0]!r}")
+
+    show.banner("4. The limit of a cheap filter")
+    many = pytest_log(failing=tuple(range(60, 180, 4)))
+    rescued = [row for row in kept_errors(snip_text(many, max_lines=MAX_LINES)) if ERROR_LINE.search(row)]
+    middle_errors = sum(bool(ERROR_LINE.search(row)) for row in many.split("\n")[MAX_LINES // 2:-MAX_LINES // 2])
+    print(f"[removed] {middle_errors} error lines in the cut part; only {len(rescued)} stay: the first 5 and the last 15")
+    print("[removed] and `if level == ERROR:` counts as an error line: a regular expression cannot read code")
     print(f"[lesson 06] done: {log.count(chr(10)) + 1} → {len(rows)} lines, ~{estimate_tokens(log):,} → "
           f"~{estimate_tokens(snipped):,} tokens, {errors_after} of {errors_before} error lines kept")
 

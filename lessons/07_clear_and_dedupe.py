@@ -15,8 +15,8 @@ reusing every message they do not change. The newest results and the last calls 
 
 What changed since lesson 06: three more cheap layers; lesson 13 runs them all in one ladder.
 Try it: make the second read of cart.py return other text and see dedupe keep it; set keep_last=0.
-Explains compact.py: clear_tool_results, dedupe_tool_results, shorten_tool_arguments,
-shorten_value (section 2 "cheap layers").
+Explains compact.py Part II ("The cheap layers"): clear_tool_results, dedupe_tool_results,
+shorten_tool_arguments, shorten_value, map_strings.
 Run: python lessons/07_clear_and_dedupe.py
 """
 
@@ -46,10 +46,7 @@ def history() -> list[dict]:
     messages = [{"role": "system", "content": "You are a coding agent."},
                 {"role": "user", "content": "Add coupon helpers to src/cart.py and make the tests pass."}]
     for n, (name, args, output) in enumerate(steps):
-        function = {"name": name, "arguments": json.dumps(args)}
-        call = {"id": f"call_{n}", "type": "function", "function": function}
-        messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": f"call_{n}", "content": output}]
+        messages += show.step(f"call_{n}", name, output, **args)
     return messages
 
 

@@ -14,17 +14,20 @@ How it works:
   and its results are always on the same side. Afterwards find_problems lists what a provider
   would reject, and repair fixes it: an orphan result goes, an open call gets a placeholder
   result, a late system message becomes a user note. Tool results are paired with the calls
-  just before them (by position), because real models reuse ids.
+  just before them (by position), because real models reuse ids. A message with no valid role
+  cannot be repaired: compaction refuses the list loudly (check_messages) instead of dropping it.
 
 What changed since lesson 07: the cheap layers never moved a message; from here on we cut.
 Try it: set TAIL_SHARES to (0.01, 0.02, 0.03); add {"role": "assistant", "content": ""} to a
   broken list and see the new problem and its repair.
-Explains compact.py: Compactor.boundaries (section 6), find_problems and repair (section 5).
+Explains compact.py Part I: check_messages ("Messages and their tokens"), pair_tool_results, find_cut
+  ("Where to cut"), repair ("The sawtooth"); Part II: find_problems ("Validation"),
+  Compactor.boundaries ("The ladder").
 Run: python lessons/08_boundaries_and_validator.py
 """
 
 import show
-from compact import Compactor, find_problems, message_tokens, repair
+from compact import Compactor, compact_messages, find_problems, message_tokens, repair
 from conversations import generate_conversation
 
 TAIL_SHARES = (0.05, 0.10, 0.20, 0.30)
@@ -69,12 +72,10 @@ def brief(messages):
 
 def call(call_id, path):
     """An assistant message with one read_file call."""
-    return {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function",
-            "function": {"name": "read_file", "arguments": f'{{"path": "{path}"}}'}}]}
+    return show.asks(show.call(call_id, "read_file", path=path))
 
 
-def result(call_id, text):
-    return {"role": "tool", "tool_call_id": call_id, "content": text}
+result = show.result
 
 
 def broken_lists():
@@ -115,6 +116,12 @@ def main():
         fixed += ok
         print(f"  [repair]  {len(messages)} → {len(repaired)} messages: system · {brief(repaired[1:])}")
         print(f"  [check]   {'valid' if ok else 'STILL INVALID'} for openai and anthropic")
+    no_role = [{"role": "system", "content": "You are a coding agent."}, {"content": "a message with no role"}]
+    print(f"--- no role: {find_problems(no_role)[0]}")
+    try:
+        compact_messages(no_role)
+    except ValueError as error:
+        print(f"  [refused] compact_messages raises ValueError: {error}")
     print(f"\n[lesson 08] done: the tail never starts on a tool result; repair made {fixed} of "
           f"{len(broken_lists())} broken lists valid")
 

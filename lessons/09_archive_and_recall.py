@@ -4,18 +4,23 @@ Motto: compaction may forget; the disk may not.
 The problem: every layer so far throws text away. A masked log or a summarized turn may hold
 the one error line the agent needs twenty turns later, and then it is gone for good.
 
-How it works: before a message leaves the context, the Compactor appends it to a JSONL file
-(owner-only permissions, secrets masked, flushed to disk). The summary names the file, and the
-`recall` tool lets the model search it and read a hit back:
+How it works: before a message leaves the context, it is appended to a JSONL file (owner-only
+permissions, secrets masked, fsync'ed to disk). The summary names the file, and the `recall`
+tool lets the model search it and read a hit back:
 
     messages ──compact──► [head][summary: "archived in session-….jsonl"][tail]
         └── what left ──► session-….jsonl ◄── recall {"query": "UnicodeDecodeError"} / {"query": "#12"}
 
+Secrets are masked, code is not: mask_secrets replaces API keys (sk-…, ghp_…, AKIA…) and literal
+values after a secret-like name (`"api_key": "…"`, `TOKEN=…`), but never an expression, so
+`password = ReadOnlyPasswordHashField(` is archived as written. The agent archives under every
+strategy: new_session(config, archive_dir=...) gives the sawtooth of lesson 02 an archive too.
+
 What changed since lesson 08: cutting is now reversible; nothing that leaves is lost.
-Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter22`
+Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
-Explains compact.py: Archive, mask_secrets, Compactor(archive_dir=...) (section 6 "the ladder");
-  tiny_agent.py: run_tool's `recall` branch.
+Explains compact.py Part II ("Archive and recall"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE,
+  leaving, Compactor(archive=...); tiny_agent.py: new_session(archive_dir=...), run_tool's `recall`.
 Run: python lessons/09_archive_and_recall.py
 """
 
@@ -25,14 +30,18 @@ from pathlib import Path
 
 import show
 import tiny_agent
-from compact import Compactor, is_summary
+from compact import Archive, Compactor, is_summary
 from conversations import generate_conversation
+
+KEY = "sk-live-1234567890abcdefXYZ"
+CODE = ('class UserChangeForm(forms.ModelForm):\n    password = ReadOnlyPasswordHashField(\n'
+        '        label=_("Password"),\n    )\n    token = request.GET.get("token")')
 
 
 def with_secret(messages):
-    """The same conversation with an API key printed by one early tool call (it happens)."""
+    """The same conversation where one early tool call printed an API key next to some code."""
     i = next(i for i, m in enumerate(messages) if m["role"] == "tool")
-    leaked = {**messages[i], "content": messages[i]["content"] + "\nOPENAI_API_KEY=sk-live-1234567890abcdefXYZ"}
+    leaked = {**messages[i], "content": f"{messages[i]['content']}\nOPENAI_API_KEY={KEY}\n{CODE}"}
     return messages[:i] + [leaked] + messages[i + 1:]
 
 
@@ -41,7 +50,8 @@ def main():
     error = next(f.text for f in conversation.facts if f.kind == "error" and "middle" in f.where)
     messages = with_secret(conversation.messages)
     with tempfile.TemporaryDirectory() as folder:
-        compactor = Compactor(context_window=16_000, reserved_output=2_000, archive_dir=folder)
+        archive = Archive.in_folder(Path(folder) / "archive")
+        compactor = Compactor(context_window=16_000, reserved_output=2_000, archive=archive)
         show.banner("1. Compact, archiving what leaves")
         out = compactor.compact(messages)
         show.sizes("compact", messages, out)
@@ -49,15 +59,16 @@ def main():
               + ", ".join(name for name, before, after, _ in compactor.report if after < before))
 
         show.banner("2. The archive file")
-        archive = compactor.archive
         text = archive.path.read_text(encoding="utf-8")
         lines = text.splitlines()
-        print(f"[archive] {archive.path}")
+        print(f"[archive] {archive.path.name} in {archive.path.parent.name}/")
         print(f"[archive] permissions {oct(archive.path.stat().st_mode & 0o777)}, {len(lines)} lines, "
               f"one JSON record per message as it left")
         print(f"[archive] line 1: {lines[0][:110]}…")
-        print(f"[archive] the leaked key is in the file: {'sk-live-1234567890' in text}; "
+        print(f"[archive] the leaked key is in the file: {KEY[:18] in text}; "
               f"'[secret masked]' is: {'[secret masked]' in text}")
+        for code in CODE.splitlines()[1:5:3]:
+            print(f"[archive] code kept as written: {code.strip()!r}: {json.dumps(code)[1:-1] in text}")
         summary = next(m for m in out if is_summary(m))
         print("[summary] " + next(line for line in summary["content"].split("\n") if "archived" in line))
 
@@ -77,7 +88,19 @@ def main():
         for arguments in (json.dumps({"query": query}), json.dumps({"query": f"#{n}"})):
             answer = tiny_agent.run_tool(ws, "recall", arguments, archive)
             print(f"[recall] {arguments} → {len(answer):,} chars: {' '.join(answer.split())[:80]}…")
-    print(f"\n[lesson 09] done: {len(lines)} archived messages, {len(hits)} search hits for {query}")
+
+        show.banner("5. The agent archives under the sawtooth too")
+        show.make_project(Path(folder))
+        config = tiny_agent.Config(strategy="sawtooth", threshold=16, keep_recent=4)
+        session = tiny_agent.new_session(config, archive_dir=Path(folder) / "sawtooth")
+        tiny_agent.run(session, tiny_agent.DEMO_TASK, tiny_agent.DemoModel(window=4_000), ws, log=lambda line: None)
+        records = session.archive.records()
+        print(f"[sawtooth] {session.compactions} compactions; {len(records)} messages archived in "
+              f"{session.archive.path.parent.name}/{session.archive.path.name[:8]}…")
+        first = session.archive.search("def load_cart", width=60).split("\n")[0]
+        print(f"[sawtooth] recall 'def load_cart' → {' '.join(first.split())}")
+    print(f"\n[lesson 09] done: {len(lines)} archived messages, {len(hits)} search hits for {query}; "
+          f"the sawtooth archived {len(records)}")
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ How it works: `compact` is one more tool in TOOL_SCHEMAS. When the model calls i
 answers the call, then runs a forced compaction with the model's `focus`:
 
     model ──► compact {"focus": "..."} ──► loop: result "compaction will run now"
-                                              └─► compact(session, focus=..., force=True)
+                                              └─► compact_now(session, focus=..., force=1)
                                                     └─► summarizer(what leaves, focus="...")
 
-A forced compaction runs every rung of the ladder. This history is small enough that the tail
-budget covers all of it, so the middle summary has nothing to do, and the last rung rebuilds the
-list: system prompt, a summary written with the model's focus, the task, the latest turn.
+A forced compaction runs now, whatever the trigger says, and aims at the target: the cheap rungs
+run only while the history is over the target, the summary always runs (so the focus reaches the
+summarizer), and the last resort only if the history is still over the target.
 
 The model here is a STAND-IN: a fixed Python script, not a language model. It reads files through
 the real tools, calls `compact` at the end of each of its two phases, then answers. The loop, the
@@ -22,24 +22,25 @@ tools and the compactor are the real code. The summarizer is wrapped to print th
 
 What changed since lesson 10: the focus no longer has to be guessed from the last user message.
 Try it: change FOCUS; delete the second compact step and compare the final summary.
-Explains tiny_agent.py: run (the `compact` branch), TOOL_SCHEMAS; compact.py: Compactor.compact(force=True).
+Explains tiny_agent.py: run (the `compact` branch), requested_focus, compact_now, TOOL_SCHEMAS;
+compact.py Part II ("The ladder"): Compactor.compact(force=True), Pass.
 Run: python lessons/11_compact_tool.py
 """
 
-import json
 import tempfile
 from pathlib import Path
 
 import show
 import tiny_agent
-from compact import is_summary, parse_summary, summary_body, summarize_offline
+from compact import is_summary, parse_summary, summarize_structured, summary_body
 
 FIRST_FOCUS = "which check in src/ can return 401"
-FOCUS = "the failing test in tests/test_auth.py"
+FOCUS = "the failed test in tests/test_auth_0.py"
 SOURCES = {f"src/module_{i}.py": "".join(f"def check_{i}_{j}(user):\n    return user.level >= {j}\n\n"
                                          for j in range(40)) for i in range(6)}
-TESTS = {"tests/test_auth.py": "def test_login():\n    assert login('bob').status == 200\n",
-         "pytest.log": "tests/test_auth.py::test_login FAILED\nE   AssertionError: expected 200, got 401"}
+TESTS = {"pytest.log": "tests/test_auth_0.py::test_login_0_7 FAILED\nE   AssertionError: expected 200, got 401",
+         **{f"tests/test_auth_{i}.py": "".join(f"def test_login_{i}_{j}():\n    assert login('user{j}').status == 200\n\n"
+                                               for j in range(40)) for i in range(3)}}
 foci_received = []
 
 
@@ -54,17 +55,15 @@ def scripted_model():
         name, args = script.pop(0)
         note = (f"[stand-in] Reading {args['path']}: the 401 must come from a check that runs before "
                 "the handler." if name == "read_file" else "[stand-in] This phase is done; compacting.")
-        call = {"id": f"call_{len(script)}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)}}
-        return {"role": "assistant", "content": note, "tool_calls": [call]}
+        return show.asks(show.call(f"call_{len(script)}", name, **args), text=note)
     return model
 
 
 def summarizer_that_prints(messages, focus=None):
-    """The offline summarizer, wrapped to show what the compactor passes it."""
+    """The ladder's offline summarizer, wrapped to show what the compactor passes it."""
     foci_received.append(focus)
     print(f"[summarizer] received focus={focus!r} with {len(messages)} messages to summarize")
-    return summarize_offline(messages, focus)
+    return summarize_structured(messages, focus)
 
 
 def main():
@@ -77,8 +76,21 @@ def main():
         show.banner("1. The real loop, with a scripted stand-in model")
         print("[stand-in] The model is a fixed Python script, not a language model; the loop, the tools "
               "and the compactor are the real code.")
+        budget = session.compactor.budget
+        effective = budget.effective(session.messages)
+        print(f"[forced] trigger {budget.trigger:.0%} = {budget.trigger * effective:,.0f} history tokens, "
+              f"target {budget.target:.0%} = {budget.target * effective:,.0f}")
+
+        def log(line):
+            print(line)
+            if line.startswith("[compact] "):
+                history = budget.history(session.messages)
+                cheap = "over the target: cheap rungs first" if history > budget.target * effective else \
+                    "under the target: no cheap rung"
+                print(f"[forced] the history was {history:,} tokens ({history / effective:.0%}): under the trigger, "
+                      f"so only the model's call compacts; {cheap}, then the summary:")
         answer = tiny_agent.run(session, "Why does the login test fail?", scripted_model(),
-                                tiny_agent.Workspace(Path(folder)))
+                                tiny_agent.Workspace(Path(folder)), log=log)
     show.banner("2. What the model sees afterwards")
     show.show(session.messages)
     summary = next(m for m in session.messages if is_summary(m))

@@ -17,8 +17,10 @@ How it works:
 
 What changed since lesson 11: the first lossy steps that choose *what* to drop by meaning.
 Try it: change TARGET_SHARE to 0.1 or 0.6 and compare which planted facts stay; set
-  keep_recent=12 on the hybrid Compactor.
-Explains compact.py: importance, evict_by_importance, Compactor(policy="hybrid"), CompactState.
+  keep_recent=12 on the hybrid Compactor; give importance() Weights(multiply=True).
+Explains compact.py Part II ("Eviction and the rolling window"): message_groups, Weights, importance,
+  evict_by_importance, eviction_note; ("The ladder"): Compactor(policy="hybrid"), CompactState.
+  Part 3 replays the run with lessons/benchmark.py's replay (through show.watch).
 Run: python lessons/12_eviction_and_rolling.py
 """
 
@@ -31,19 +33,13 @@ from conversations import generate_conversation
 TARGET_SHARE = 0.3
 
 
-def group(command, output):
-    """One assistant call to bash and its result."""
-    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": f'{{"command": "{command}"}}'}}
-    return [{"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": output}]
-
-
 EXAMPLES = {
     "user constraint": [{"role": "user", "content": "Do not modify deploy.sh."}],
     "user request": [{"role": "user", "content": "Please also look at the token expiry."}],
     "decision": [{"role": "assistant", "content": "Decision: use sqlite because the tests run offline."}],
-    "error output": group("pytest -q", "FAILED tests/test_auth.py::test_login - AssertionError"),
-    "routine output": group("ls", "README.md\nsrc\ntests"),
+    "error output": show.step("c1", "bash", "FAILED tests/test_auth.py::test_login - AssertionError",
+                              command="pytest -q"),
+    "routine output": show.step("c1", "bash", "README.md\nsrc\ntests", command="ls"),
 }
 
 
@@ -77,21 +73,17 @@ def main():
         print(f"[kept] planted {kind}s still in context: {sum(f.text in text for f in facts)} of {len(facts)}")
 
     show.banner("3. The hybrid: a rolling summary over a long run")
-    compactor = Compactor(context_window=64_000, policy="hybrid")
-    context, seen, add_up = [], 0, True
-    for message in generate_conversation(250, seed=3).messages:
-        if message["role"] == "assistant":  # the loop compacts before every model call
-            out = compactor.compact(context)
-            if out is not context:
-                context = list(out)
-                counted = sum(int(n) for n in re.findall(r"×(\d+)", compactor.state.summary))
-                left = seen - tool_calls(context)
-                add_up &= counted == left
-                print(f"[rolling] compaction {compactor.state.compactions}: {left:>3} tool calls have left "
-                      f"the context, the summary counts {counted:>3}")
-        context.append(message)
-        seen += tool_calls([message])
-    print(f"[rolling] tool counts add up at every compaction: {'yes' if add_up else 'NO'}")
+    left, add_up = [0], [True]  # tool calls that have left the context so far; do the counts agree?
+
+    def on_compaction(compactor, before, after):  # the loop compacts before every model call
+        left[0] += tool_calls(before) - tool_calls(after)
+        counted = sum(int(n) for n in re.findall(r"×(\d+)", compactor.state.summary))
+        add_up[0] &= counted == left[0]
+        print(f"[rolling] compaction {compactor.state.compactions}: {left[0]:>3} tool calls have left "
+              f"the context, the summary counts {counted:>3}")
+    compactor, _, _ = show.watch(generate_conversation(250, seed=3).messages,
+                                 lambda summarizer: Compactor(context_window=64_000, policy="hybrid"), on_compaction)
+    print(f"[rolling] tool counts add up at every compaction: {'yes' if add_up[0] else 'NO'}")
     state = compactor.state
     print(f"[state] compactions={state.compactions} tokens_saved={state.tokens_saved:,}")
     print(f"[state] recent_files={state.recent_files}")

@@ -8,39 +8,34 @@ returns "Error: rate limit", or returns nothing, and that must never replace the
 How it works: the Compactor runs the rungs cheapest first and stops as soon as the history is
 back under the target; most compactions never reach the summarizer.
 
-    mask → snip → clear → dedupe → shorten → summary → last resort → ContextOverflowError
-    free ──────────────────────────────────► one model call ──► rebuild ──► give up, loudly
+    reasoning → mask → snip → clear → dedupe → shorten → summary → last resort → ContextOverflowError
+    free ─────────────────────────────────────────────► one model call ──► rebuild ──► give up, loudly
 
   The summary goes through a guard: a timeout, a check of the answer (empty, too long, shaped
-  like an error), the offline summarizer as fallback, and a breaker: after `max_failures` (3)
+  like an error), summarize_structured as fallback, and a breaker: after `max_failures` (3)
   failures in a row it stops calling the summarizer for the next `cooldown` summaries (5; 3 here).
+  The last resort rebuilds the list from the system prompt, the summary with the pins, and the
+  latest turn; if even that does not fit, ContextOverflowError says what to change. Each step is
+  a method that takes the messages and, from compact(), the compaction's scratch (a Pass); called
+  alone, a fresh Compactor().last_resort(messages) makes its own.
 
 What changed since lesson 12: the layers become one policy, with a plan for every failure.
 Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1.
-Explains compact.py: Compactor.compact/steps/last_resort, SummaryGuard, check_summary,
-  ContextOverflowError (section 6 "the ladder").
+Explains compact.py Part II ("The guard", "The ladder"): Compactor.compact, Compactor.steps,
+  Compactor.last_resort, Pass, SummaryGuard, check_summary, ContextOverflowError. Part 1 replays
+  the run with lessons/benchmark.py's replay and CountingSummarizer (through show.watch).
 Run: python lessons/13_ladder.py
 """
 
 import textwrap
 
 import show
-from compact import (Compactor, ContextOverflowError, SummaryGuard, estimate_tokens,
-                     summarize_offline)
+from benchmark import counted
+from compact import (Compactor, ContextOverflowError, SummaryGuard, estimate_tokens, is_summary,
+                     summarize_structured)
 from conversations import generate_conversation
 
 WINDOW = 32_000
-
-
-class CountingSummarizer:
-    """The offline summarizer, counting its calls."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, messages, focus=None):
-        self.calls += 1
-        return summarize_offline(messages, focus)
 
 
 def flaky_summarizer():
@@ -60,50 +55,41 @@ def flaky_summarizer():
     return summarize
 
 
-def replay(compactor, messages):
-    """The agent loop without a model: compact before every assistant message, then append it."""
-    context = []
-    for i, message in enumerate(messages):
-        if message["role"] == "assistant":
-            out = compactor.compact(context)
-            if out is not context:
-                yield i, context, out
-                context = list(out)
-        context.append(message)
-
-
 def main():
     show.banner(f"1. The ladder over a 250-turn run (window {WINDOW:,})")
-    summarizer = CountingSummarizer()
-    compactor = Compactor(context_window=WINDOW, reserved_output=WINDOW // 8, summarize=summarizer)
-    below = below_calls = mask_only = calls_seen = 0
-    for i, before, after in replay(compactor, generate_conversation(250, seed=3).messages):
-        new_calls, calls_seen = summarizer.calls - calls_seen, summarizer.calls
-        names = [name for name, *_ in compactor.report]
-        steps = " · ".join(f"{name} -{b - a:,}" if a < b else f"{name} 0" for name, b, a, _ in compactor.report)
-        print(f"  #{compactor.state.compactions:<2} msg {i:>3}: {compactor.budget.history(before):>6,} → "
-              f"{compactor.budget.history(after):>6,} tok | {steps}")
+    rows = []  # (compaction, history before, history after, the steps it ran)
+
+    def on_compaction(compactor, before, after):
+        rows.append((compactor.state.compactions, before, after, list(compactor.report)))
+
+    def make(summarizer):  # the benchmark's CountingSummarizer counts every call of the guard
+        return counted(Compactor(context_window=WINDOW, reserved_output=WINDOW // 8), summarizer)
+    compactor, run, summarizer = show.watch(generate_conversation(250, seed=3).messages, make, on_compaction)
+    below = mask_only = 0
+    for n, before, after, report in rows:
+        names = [name for name, *_ in report]
+        steps = " · ".join(f"{name} -{b - a:,}" if a < b else f"{name} 0" for name, b, a, _ in report)
+        print(f"  #{n:<2} {compactor.budget.history(before):>6,} → {compactor.budget.history(after):>6,} tok | {steps}")
         if "summary" not in names:  # the ladder stopped before the summary rung
             below += 1
-            below_calls += new_calls
-            mask_only += names == ["mask"]
+            mask_only += names[-1] == "mask"
     compactions = compactor.state.compactions
     print(f"[ladder] {below} of {compactions} compactions stopped below the summary rung "
-          f"({mask_only} after masking alone) and called the summarizer {below_calls} times; "
-          f"{summarizer.calls} summarizer calls in all")
+          f"({mask_only} right after masking) and called no summarizer; {summarizer.calls} summarizer "
+          f"calls in all, over {len(run.per_turn)} model calls")
 
     show.banner("2. A summarizer that fails: fallback, then the breaker")
     flaky = flaky_summarizer()
     guard = SummaryGuard(flaky, max_failures=3, cooldown=3)
     middle = generate_conversation(20, seed=5).messages[2:30]
-    offline = summarize_offline(middle)
+    offline = summarize_structured(middle)
     for attempt in range(1, 8):
         calls = flaky.calls
         text = guard(middle)
         called = "called " if flaky.calls > calls else "skipped"
         used = "offline fallback" if text == offline else "its own summary"
         error = f"  last_error={guard.last_error!r}" if attempt <= 3 else ""
-        print(f"  [guard] summary {attempt}: summarizer {called} → {used:<16} "
+        print(f"  [guard] summary {attempt}: summarizer {called} → {used:<17}"
               f"breaker {'open' if guard.open else 'closed'}{error}")
 
     show.banner("3. When even the last resort cannot fit")
@@ -122,8 +108,15 @@ def main():
             raised += 1
             print(f"[overflow] {name}: ContextOverflowError:")
             print(textwrap.fill(str(error), width=96, initial_indent="    ", subsequent_indent="    "))
+
+    show.banner("4. One rung alone: a fresh Compactor().last_resort(messages)")
+    messages = generate_conversation(20, seed=1).messages
+    out = Compactor(context_window=16_000, reserved_output=2_000).last_resort(messages)
+    show.sizes("last resort", messages, out)
+    print(f"[last resort] no compact() and no Pass given; it kept: "
+          + " · ".join("summary" if is_summary(m) else m["role"] for m in out))
     print(f"\n[lesson 13] done: {below} of {compactions} compactions needed no summarizer; "
-          f"{raised} of 2 overflows raised ContextOverflowError")
+          f"{raised} of 2 overflows raised ContextOverflowError; last_resort alone: {len(out)} messages")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ How it works: the history's share of the effective window picks the zone.
 
 What changed since lesson 13: the same rungs, sorted by what they cost in information.
 Try it: set lossless_at=0.5 or lossy_at=0.95; replace ("bash",) by ("read_file",).
-Explains compact.py: Compactor(policy="zones"), merge_same_role, admit_tool_result, flag_unverified.
+Explains compact.py Part II ("The ladder", "Zones"): Compactor(policy="zones"), merge_same_role,
+  Compactor.admit_tool_result, summarize_tool_output; ("The guard"): flag_unverified. The runs are
+  replayed with lessons/benchmark.py's replay (through show.watch).
 Run: python lessons/14_zones.py
 """
 
@@ -29,39 +31,31 @@ import show
 from compact import Compactor, flag_unverified, merge_same_role, text_tokens
 from conversations import generate_conversation
 
-LOSSLESS = ("merge", "dedupe", "clear", "mask")
+LOSSLESS = ("reasoning", "merge", "dedupe", "clear", "mask")
 
 
-def replay(compactor, messages, on_compaction):
-    """The agent loop without a model: compact before every assistant message, then append it."""
-    context = []
-    for message in messages:
-        if message["role"] == "assistant":
-            out = compactor.compact(context)
-            if out is not context:
-                on_compaction(context, out)
-                context = list(out)
-        context.append(message)
+def zones(precise_tools=()):
+    """What show.watch builds for each run: the zones policy at a 32,000-token window."""
+    return lambda summarizer: Compactor(context_window=32_000, reserved_output=4_000, policy="zones",
+                                        lossless_at=0.60, lossy_at=0.85, precise_tools=precise_tools)
 
 
 def zones_run(messages):
-    compactor = Compactor(context_window=32_000, reserved_output=4_000, policy="zones",
-                          lossless_at=0.60, lossy_at=0.85)
-    share = lambda ms: compactor.budget.history(ms) / compactor.budget.effective(ms)
     quiet = []
 
-    def on_compaction(before, after):
-        ran = [(name, b - a, s) for name, b, a, s in compactor.report if a < b]
-        lossless = " ".join(f"{n} -{d:,}" for n, d, _ in ran if n in LOSSLESS) or "—"
-        lossy = " ".join(f"{n} -{d:,}" for n, d, _ in ran if n not in LOSSLESS)
+    def on_compaction(compactor, before, after):
+        share = lambda ms: compactor.budget.history(ms) / compactor.budget.effective(ms)
+        ran = [(name, b - a) for name, b, a, _ in compactor.report if a < b]
+        lossless = " ".join(f"{n} -{d:,}" for n, d in ran if n in LOSSLESS) or "—"
+        lossy = " ".join(f"{n} -{d:,}" for n, d in ran if n not in LOSSLESS)
         ms = 1000 * sum(s for *_, s in compactor.report)
         if lossy or compactor.state.compactions <= 3:
             print(f"  #{compactor.state.compactions:<3}{share(before):>5.0%} →{share(after):>4.0%}  "
-                  f"{lossless:<25} {lossy or '—':<42}{ms:5.1f} ms")
+                  f"{lossless:<36} {lossy or '—':<33}{ms:5.1f} ms")
         else:
             quiet.append(ms)
-    print(f"  {'pass':<4}{'from':>5} →{'to':>4}  {'lossless (tokens removed)':<25} {'lossy':<42} time")
-    replay(compactor, messages, on_compaction)
+    print(f"  {'pass':<4}{'from':>5} →{'to':>4}  {'lossless (tokens removed)':<36} {'lossy':<33} time")
+    compactor, _, _ = show.watch(messages, zones(), on_compaction)
     print(f"  … and {len(quiet)} more lossless-only passes, {sum(quiet):.0f} ms in all")
     return compactor
 
@@ -72,11 +66,10 @@ def altered_results(messages, tool, precise_tools):
     names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
     altered = set()
 
-    def on_compaction(before, after):
+    def on_compaction(compactor, before, after):
         altered.update(m["tool_call_id"] for m in after if m["role"] == "tool"
                        and names.get(m["tool_call_id"]) == tool and m["content"] != original[m["tool_call_id"]])
-    compactor = Compactor(context_window=32_000, reserved_output=4_000, policy="zones", precise_tools=precise_tools)
-    replay(compactor, messages, on_compaction)
+    show.watch(messages, zones(precise_tools), on_compaction)
     return len(altered), sum(name == tool for name in names.values())
 
 

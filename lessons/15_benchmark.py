@@ -7,26 +7,32 @@ use? That takes the same conversations, replayed through every strategy, measure
 How it works: lessons/benchmark.py replays each conversation like the agent loop that wrote it,
 compacting before every assistant message (a model call) and feeding the compacted list back:
 
-    history ──strategy──▶ request ──▶ tokens, cached prefix, find_problems
+    history ──strategy──▶ request ──▶ tokens, cached prefix, find_problems, next-step identifiers
        ▲                     │
        └─────── + next messages
 
     none · window 20 (system + last 20) · mask 10 (every turn) · sawtooth 30/6 · layered · hybrid · zones
 
 It reports tokens (summarizer calls included) and cost with prompt caching as shares of "none",
-the growth exponent, which planted facts are still in the last request, the compactor's overhead
-next to json.dumps, and the issue's targets as PASS/FAIL lines.
+the growth exponent, which planted facts are still in the last request, the share of the
+identifiers the agent's next tool call used that are still in what it is sent, what the reasoning
+rung saves on a thinking model's history, the compactor's overhead next to json.dumps, and the
+issue's targets as PASS/FAIL lines. Every target is a ratio measured in this run; the run's
+wall-clock time is printed, never judged.
 
 What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once.
 Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
-../shared/trajectories/*.jsonl --limit 20; --json | python -m json.tool; --plot tokens.png.
-Explains compact.py: Compactor, compact_messages, mask_old_tool_results, find_problems (all sections).
+../shared/trajectories/*.jsonl --limit 20; --json | python -m json.tool; --plot tokens.png;
+--linearity (the ladder's time from 10,000 to 50,000 messages, about half a minute more);
+--readme (rewrites the figures of README.md's "## Measured" section from this run).
+Explains compact.py: Compactor, compact_messages, drop_old_reasoning, IDENTIFIER (all sections).
 Run: python lessons/15_benchmark.py
 """
 
 import argparse
 import json
 import os
+import sys
 import time
 
 START = time.perf_counter()
@@ -34,9 +40,10 @@ START = time.perf_counter()
 import show  # noqa: E402  (puts the repository root on sys.path)
 import benchmark  # noqa: E402
 import compact  # noqa: E402
-from benchmark import check_targets, pct, run_benchmark, text_chart  # noqa: E402
+from benchmark import check_targets, pct, pct1, run_benchmark, text_chart  # noqa: E402
 
 CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,23 +52,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--window", type=int, default=32_000, help="context window of the generated runs")
     parser.add_argument("--trajectories", nargs="*", default=[], help="JSONL files of recorded runs")
-    parser.add_argument("--recorded-window", type=int, default=16_000, help="their (smaller) window")
+    parser.add_argument("--recorded-window", type=int, default=16_000,
+                        help="their (smaller) window; they are replayed at --window too")
     parser.add_argument("--limit", type=int, help="replay only the first N runs of each file")
     parser.add_argument("--cached-rate", type=float, default=0.1, help="cached input price / input price")
     parser.add_argument("--json", action="store_true", help="print the results as JSON only")
     parser.add_argument("--plot", metavar="PNG", help="save a chart of tokens per turn (needs matplotlib)")
+    parser.add_argument("--linearity", action="store_true",
+                        help="time the layered compactor at 10,000, 20,000 and 50,000 messages")
+    parser.add_argument("--readme", action="store_true",
+                        help="rewrite the figures of README.md's Measured section from this (default) run")
     parser.add_argument("--model", action="store_true",
                         help="summarize with the configured model (many calls: slow, and it costs money)")
     return parser.parse_args(argv)
 
 
+def readme_refusal(args: argparse.Namespace) -> str | None:
+    """Why this run may not write the README's figures, or None."""
+    defaults = vars(parse_args([]))
+    changed = [k for k, v in vars(args).items()
+               if k not in ("trajectories", "json", "plot", "linearity", "readme") and v != defaults[k]]
+    if changed:
+        return "the README holds the default run's figures; drop " + ", ".join("--" + k.replace("_", "-")
+                                                                               for k in changed)
+    compact.text_tokens("")  # loads the exact tokenizer if it is installed
+    if compact._EXACT[0] is None:
+        return 'the README counts tokens exactly: pip install -e ".[tokens]"'
+    return None
+
+
 def table(rows: dict, retention: bool) -> None:
     print(f"  {'strategy':<14} {'tokens':>7} {'peak':>6} {'growth':>6} {'late':>5} {'cache':>6} "
-          f"{'cost':>6} {'over':>5} {'invalid':>8}")
+          f"{'cost':>6} {'over':>5} {'invalid':>8} {'next ids':>9}")
     for name, r in rows.items():
         print(f"  {name:<14} {r['tokens_ratio']:>7.3f} {r['peak_ratio']:>6.3f} {r['growth']:>6.2f} "
               f"{r['late_growth']:>5.2f} {r['cache_hit']:>6.0%} {r['cost_ratio']:>6.3f} {r['over_window']:>5} "
-              f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4}")
+              f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4} {pct1(r['next_ids']):>9}")
     if retention:
         print(f"\n  {'kept at the end':<14} {'recall':>7} {'artifact':>9} {'continue':>9} {'decision':>9} │ "
               f"{'constraints':>11} {'errors':>7}")
@@ -91,34 +117,47 @@ def plot(series: dict, window: int, path: str) -> None:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    refusal = readme_refusal(args) if args.readme else None
+    if refusal:
+        sys.exit(f"error: --readme: {refusal}")
     if args.model and compact.model_configured():
-        benchmark.SUMMARIZE = compact.summarize_default
+        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_default, None
+        benchmark.SUMMARY_WINDOW = compact.summary_window()
     else:  # offline by default, or zones would also call a model for every big tool output
         for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
             os.environ.pop(name, None)
     results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
-                            trajectories=args.trajectories, recorded_window=args.recorded_window, limit=args.limit)
-    default_run = all(getattr(args, k) == v for k, v in vars(parse_args([])).items()
-                      if k not in ("json", "plot", "model"))
-    targets = check_targets(results, time.perf_counter() - START, default_run)
+                            trajectories=args.trajectories, recorded_window=args.recorded_window,
+                            limit=args.limit, linearity_sizes=(10_000, 20_000, 50_000) if args.linearity else ())
+    targets = check_targets(results)
+    elapsed = time.perf_counter() - START
+    results["seconds"] = elapsed
     if args.json:
         results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
         print(json.dumps(results, indent=1))
         return
+    ladder = "the guard's model" if benchmark.LADDER_SUMMARIZE is None else benchmark.LADDER_SUMMARIZE.__name__
     print(f"[setup] window {args.window:,} tokens (reserved output {args.window // 4:,}); seeds {args.seeds}; "
           f"cached input billed at {args.cached_rate:.0%} of the input price")
-    print(f"[setup] summaries by compact.{benchmark.SUMMARIZE.__name__}, counted as a model call would bill them: "
-          f"request + answer (answer at {results['output_price']:g}× the input price)")
+    print(f"[setup] summaries: the sawtooth's by compact.{benchmark.SUMMARIZE.__name__}, the ladder's by "
+          f"{ladder}; counted as a model would bill them: its requests (the middle in transcript_chunks) "
+          f"+ answers (at {results['output_price']:g}× the input price)")
     for turns, group in results["generated"].items():
         show.banner(f"{group['conversations']} generated conversations of {turns} turns, shares of none")
         table(group["strategies"], retention=True)
     for path, group in results["recorded"].items():
-        show.banner(f"{group['conversations']} recorded runs of {os.path.basename(path)}, "
-                    f"window {args.recorded_window:,}")
-        table(group["strategies"], retention=False)
+        for window, rows in group["windows"].items():
+            show.banner(f"{group['conversations']} recorded runs of {os.path.basename(path)}, window {int(window):,}")
+            table(rows, retention=False)
+    for window, rows in results["recorded_pooled"].items():
+        show.banner(f"all {sum(g['conversations'] for g in results['recorded'].values())} recorded runs, "
+                    f"window {int(window):,}")
+        table(rows, retention=False)
     print("\n  tokens/peak/cost: shares of none (cost: cached prefix at the cached rate); growth: slope of\n"
           "  log(cumulative tokens) on log(turn), late = second half only; cache: share of input tokens\n"
-          "  cached; over: requests larger than the window; invalid: lists OpenAI/Anthropic would refuse")
+          "  cached; over: requests larger than the window; invalid: lists OpenAI/Anthropic would refuse;\n"
+          "  next ids: of the identifiers each real next tool call used that appeared earlier in the run,\n"
+          "  the share still in the request the model was sent")
 
     longest = max(results["generated"], key=int)
     rows = results["generated"][longest]["strategies"]
@@ -127,17 +166,54 @@ def main(argv=None) -> None:
               f"{rows[name]['cost_ratio']:.0%} of its cost: {rows[name]['cache_hit']:.0%} of its input is a cached prefix")
     show.banner(f"Tokens sent at each turn, {longest} turns, seed {args.seeds[0]}")
     print(text_chart({name: results["series"][name] for name in CHART}, "".join(CHART.values()), args.window))
-    show.banner("Overhead of layered Compactor.compact, as a multiple of json.dumps(messages)")
-    for row in results["overhead"]:
-        print(f"  {row['messages']:>4} messages {row['tokens']:>8,} tokens   below trigger "
-              f"{row['below_trigger']:>5.2f}×   above it (offline summary) {row['above_trigger']:>5.2f}×")
+
+    thinking = results["reasoning"]
+    show.banner(f"The reasoning rung on a thinking model's runs ({thinking['conversations']} × "
+                f"{thinking['turns']} tool turns, {thinking['requests']} user requests)")
+    print(f"  reasoning_content is {thinking['reasoning_share']:.0%} of those conversations' tokens; the rung "
+          f"(reasoning of finished exchanges without tool calls)\n  would remove {thinking['removable_share']:.1%} "
+          "of them from the finished conversations, its upper bound")
+    print(f"  {'strategy':<18} {'tokens':>7} {'reasoning sent':>15} {'summaries':>10}")
+    for name, r in thinking["strategies"].items():
+        print(f"  {name:<18} {r['tokens_ratio']:>7.1%} {r['reasoning']:>15,} {r['summaries']:>10}")
+    for policy in ("layered", "hybrid", "zones"):
+        with_rung, without = thinking["strategies"][policy], thinking["strategies"][policy + " no rung"]
+        print(f"[reasoning] {policy}: {with_rung['tokens']:,} tokens with the rung, {without['tokens']:,} "
+              f"without: it saves {1 - with_rung['tokens'] / without['tokens']:.1%}")
+
+    if "overhead" in results:
+        show.banner("Overhead of layered Compactor.compact, as a multiple of json.dumps(messages)")
+        for row in results["overhead"]:
+            print(f"  {row['messages']:>4} messages {row['tokens']:>8,} tokens   below trigger "
+                  f"{row['below_trigger']:>5.2f}×   above it (offline summary) {row['above_trigger']:>5.2f}×")
+    if "linearity" in results:
+        lin = results["linearity"]
+        show.banner("Linearity: one layered compaction (every rung to the summary) of a long history")
+        for n, seconds in zip(lin["messages"], lin["seconds"]):
+            print(f"  {n:>6,} messages  {seconds:>6.2f} s")
+        print(f"[linearity] growth exponent of the time from {lin['messages'][0]:,} to {lin['messages'][-1]:,} "
+              f"messages: {lin['exponent']:.2f} (1 = linear, 2 = quadratic; rungs: {' → '.join(lin['rungs'])})")
+    else:
+        print("\n[linearity] not measured; --linearity times the ladder from 10,000 to 50,000 messages")
     show.banner("Targets")
     for passed, text in targets:
         print(f"{'SKIP' if passed is None else 'PASS' if passed else 'FAIL'}  {text}")
     if args.plot:
         plot(results["series"], args.window, args.plot)
+    if args.readme:
+        with open(README, encoding="utf-8") as f:
+            text = f.read()
+        blocks = benchmark.readme_blocks(results)
+        with open(README, "w", encoding="utf-8") as f:
+            f.write(benchmark.write_readme(text, blocks))
+        show.banner("README.md: the Measured section, rewritten")
+        print("\n\n".join(blocks.values()))
+        if "recorded" not in blocks:
+            print("[readme] the recorded-runs block was left as it is (pass --trajectories to rewrite it)")
+    print(f"[time] this run took {elapsed:.1f} s on {os.cpu_count()} cores (reported, not judged)")
     print(f"[lesson 15] done: at {longest} turns the layered ladder sent {rows['layered']['tokens_ratio']:.1%} of "
-          f"the tokens of no compaction; {sum(p is False for p, _ in targets)} of {len(targets)} targets failed")
+          f"the tokens of no compaction; {sum(p is False for p, _ in targets)} of "
+          f"{sum(p is not None for p, _ in targets)} targets checked failed")
 
 
 if __name__ == "__main__":

@@ -825,6 +825,90 @@ def generate_conversation(turns: int, seed: int = 0) -> Conversation:
     return Conversation(run.messages, run.facts)
 
 
+# --------------------------------------------------------------------------
+# A thinking model's run: reasoning beside every answer (issue 12.3)
+# --------------------------------------------------------------------------
+
+# (what the user asks next, whether the agent needs tools for it)
+THINKING_REQUESTS = [
+    ("OK. Now add a regression test for that case and run the whole suite again.", True),
+    ("Can you also check that the error returned to the client is readable?", True),
+    ("Does the same problem exist anywhere else in src/shopfront? Please check.", True),
+    ("Before we go on: explain in a few sentences why this only failed on CI.", False),
+    ("Which of the fixes you considered is the safest, and why?", False),
+    ("Write a short description of the change for the pull request.", False),
+    ("Summarise what you found so far in three sentences.", False),
+]
+THINKING_ANSWERS = [
+    "CI runs with TZ=UTC, so {path} compared a naive timestamp with an aware one only there; "
+    "locally both were naive and the comparison happened to work.",
+    "The safest fix is the one in {path}: it makes every timestamp aware where it is created, so no "
+    "caller can compare a naive one again. The other options only moved the comparison.",
+    "Fix: {path} now creates aware timestamps. Tests: a regression test for the expired session. "
+    "No behaviour change for valid sessions.",
+]
+
+
+def _reasoning(rng: random.Random, chars: int) -> str:
+    """A thinking model's scratch work (reasoning_content): restating, guessing, checking, planning."""
+    parts, size = [], 0
+    while size < chars:
+        noun, verb = rng.choice(NOUNS), rng.choice(VERBS)
+        path, test = rng.choice(SOURCE_FILES), rng.choice(TEST_FILES)
+        part = rng.choice([
+            f"The user wants this fixed without a large diff. The {noun} path goes through {path}, so "
+            f"let me think about where {noun}s are created before I touch anything.",
+            f"Hypothesis: {verb}_{noun} compares a naive datetime with an aware one. If that were true, "
+            f"{test} would fail only when TZ=UTC, which matches CI. But I have not seen the code yet.",
+            f"Wait, the fixture in {test} may build the {noun} itself. I should check whether the "
+            "failure comes from the fixture or from production code before editing either.",
+            f"Plan: read {path}, grep for {verb}_{noun}, then run {test} with -x to see the first "
+            "failure only. If it passes, widen to the whole suite.",
+            f"The last output did not mention {noun}s at all, so that line of thought was wrong. "
+            f"Going back to {path}: the {verb} step is the only place that touches timestamps.",
+        ])
+        parts.append(part)
+        size += len(part) + 1
+    return " ".join(parts)
+
+
+def generate_thinking_conversation(turns: int = 120, seed: int = 0, requests: int = 8) -> Conversation:
+    """A thinking model's run (DeepSeek, Qwen): every assistant message carries `reasoning_content`,
+    most often larger than its answer. The user asks `requests` things in turn: the task and the
+    follow-ups that need tools share the `turns` tool-calling turns; the others (explain, compare,
+    write a description) are answered at once, without a tool call. Deterministic for its
+    arguments; it plants no facts."""
+    if requests < 1 or turns < requests:
+        raise ValueError(f"need 1 <= requests <= turns, got requests={requests}, turns={turns}")
+    rng = random.Random(seed)
+    run = _Run(rng)
+    task, cause = rng.choice(TASKS)
+    follow = rng.sample(THINKING_REQUESTS, min(requests - 1, len(THINKING_REQUESTS)))
+    asks = [(task, True), *follow]
+    work = sum(tools for _, tools in asks)
+    _say(run, "system", SYSTEM_PROMPT)
+    turn, done = 0, 0
+    for ask, tools in asks:
+        _say(run, "user", ask)
+        path = rng.choice(SOURCE_FILES)
+        if not tools:  # a quiet exchange: one answer, thought through first
+            _append(run, {"role": "assistant", "content": rng.choice(THINKING_ANSWERS).format(path=path),
+                          "reasoning_content": _reasoning(rng, rng.randint(1_500, 6_000))})
+            continue
+        done += 1
+        for _ in range(turns * done // work - turns * (done - 1) // work):
+            turn += 1
+            start = len(run.messages)
+            calls = [_background_call(run, turn / turns) for _ in range(rng.choices([1, 2], [85, 15])[0])]
+            _emit_tool_turn(run, calls, _preamble(rng))
+            run.messages[start]["reasoning_content"] = _reasoning(rng, rng.randint(600, 4_000))
+        answer = (f"Done: {path} {cause}." if done == 1 else
+                  f"Done: I checked {path} and ran {rng.choice(TEST_FILES)}; it passes now.")
+        _append(run, {"role": "assistant", "content": answer,
+                      "reasoning_content": _reasoning(rng, rng.randint(600, 2_000))})
+    return Conversation(run.messages, [])
+
+
 def load_trajectories(path: str | Path) -> list[list[dict]]:
     """Read a JSONL file of {"messages": [...]} objects and return the message lists."""
     path = Path(path)

@@ -1,4 +1,5 @@
-"""Small printing helpers shared by the lessons, so each lesson shows only its own idea.
+"""Small helpers shared by the lessons, so each lesson shows only its own idea: printing, hand-made
+tool calls, and a Compactor watched through lessons/benchmark.py's replay.
 
 Importing this module also puts the repository root on sys.path, so a lesson runs from a plain
 clone (`python lessons/02_sawtooth.py`) even before `pip install -e .`.
@@ -6,8 +7,10 @@ clone (`python lessons/02_sawtooth.py`) even before `pip install -e .`.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -55,6 +58,30 @@ def sizes(label: str, before: list[dict], after: list[dict]) -> None:
           f"({(a - b) / max(b, 1):+.0%})")
 
 
+# --- Hand-made messages ----------------------------------------------------------------------
+
+
+def call(call_id: str, name: str, **arguments) -> dict:
+    """One tool call as a model writes it: the arguments are a JSON string."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def asks(*calls: dict, text: str = "", **extra) -> dict:
+    """An assistant message that makes these calls (several: parallel calls)."""
+    return {"role": "assistant", "content": text, **extra, "tool_calls": list(calls)}
+
+
+def result(call_id: str, text: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def step(call_id: str, name: str, output: str, text: str = "", **arguments) -> list[dict]:
+    """One turn of the loop: an assistant message with one call, and its result."""
+    return [asks(call(call_id, name, **arguments), text=text), result(call_id, output)]
+
+
+# --- Files for the loop to work on -----------------------------------------------------------
+
 SHOP_FILES = ["cart", "orders", "users", "billing", "search", "mailer", "reports", "auth", "stock", "coupons"]
 
 
@@ -66,3 +93,27 @@ def make_project(folder: Path) -> None:
             f"    # TODO: handle a missing {name}\n    return [item] * min(limit, {i + 3})\n"
             for i, verb in enumerate(["load", "save", "check", "render", "delete", "export", "merge"]))
         (folder / f"{name}.py").write_text(f'"""The {name} module of a small shop."""\n\n{functions}')
+
+
+# --- A Compactor watched through the benchmark's replay --------------------------------------
+
+
+def watch(messages: list[dict], make: Callable, on_compaction: Callable = lambda compactor, before, after: None):
+    """Replay `messages` as the agent loop produced them (lessons/benchmark.replay), through the
+    Compactor `make(summarizer)` builds; `on_compaction(compactor, before, after)` sees every
+    compaction. Returns (compactor, run, summarizer): the benchmark's Run and CountingSummarizer."""
+    from benchmark import Strategy, replay  # the benchmark owns the replay: lessons import it
+    box: dict = {}
+
+    def start(summarizer):
+        compactor = make(summarizer)
+        box.update(compactor=compactor, summarizer=summarizer)
+
+        def compact(history):
+            out = compactor.compact(history)
+            if out is not history:
+                on_compaction(compactor, history, out)
+            return out
+        return compact, None
+    run = replay(messages, Strategy("lesson", start), window=sys.maxsize)  # no over-window count here
+    return box["compactor"], run, box["summarizer"]

@@ -1,12 +1,14 @@
 """The measuring lesson (15): lessons/benchmark.py replays conversations through every strategy.
 These tests check what a reader relies on when reading its table, on a small generated run (and on
-a few recorded runs when ../shared/trajectories is there); no timing is asserted."""
+a few recorded runs when ../shared/trajectories is there); no wall-clock time is asserted. One test
+runs the default benchmark once and fails when README.md's "## Measured" figures differ from it."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
-import os
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,18 +16,28 @@ from pathlib import Path
 import pytest
 
 import benchmark
-from compact import estimate_tokens, find_problems, find_constraints, mask_old_tool_results
-from conftest import load_trajectories, offline_env
-from conversations import generate_conversation
+from compact import (content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
+                     reasoning_text, summary_message)
+from conftest import MODEL_VARIABLES, TRAJECTORIES, load_trajectories, offline_env
+from conversations import generate_conversation, generate_thinking_conversation
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(turns=(30,), seeds=(0,), window=8_000)  # a window small enough that every strategy acts
 SMALL_ARGS = ["--turns", "30", "--seeds", "0", "--window", "8000"]
 
 
+def offline_run(**kwargs) -> dict:
+    """run_benchmark in this process with no model configured (a module fixture runs before the
+    autouse `offline` one, so it clears the model variables itself)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in MODEL_VARIABLES:
+            patch.delenv(name, raising=False)
+        return benchmark.run_benchmark(**kwargs)
+
+
 @pytest.fixture(scope="module")
 def small():
-    return benchmark.run_benchmark(**SMALL)
+    return offline_run(**SMALL)
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +86,14 @@ def test_retention_is_a_share_and_none_keeps_every_fact(rows):
     assert set(rows["none"]["retention"].values()) == {1.0}
 
 
-def test_targets_are_pass_fail_lines_about_the_longest_run(small):
+def test_targets_are_pass_fail_lines_about_the_longest_run(small, rows):
     targets = benchmark.check_targets(small)
-    assert targets and all(passed in (True, False, None) and text for passed, text in targets)
-    assert any("layered at 30 turns" in text for _, text in targets)
+    for passed, text in targets:  # a verdict, or None only for what this run did not measure
+        assert isinstance(passed, bool) or (passed is None and "not run (pass --trajectories)" in text), text
+    assert all(" at 30 turns" in text for _, text in targets if " turns" in text)
+    verdicts = {text.split(":")[0]: passed for passed, text in targets}
+    assert verdicts["layered at 30 turns sends at most 20% of none's tokens"] == (rows["layered"]["tokens_ratio"] <= 0.2)
+    assert not any("run takes" in text for _, text in targets)  # wall-clock time is reported, never judged
 
 
 @pytest.mark.parametrize("last", [1, 3, 20])
@@ -125,7 +141,8 @@ def test_the_counting_summarizer_adds_the_request_and_the_answer():
 
 def test_a_constraint_naming_a_file_is_pinned_verbatim():
     """Found by the benchmark: the sawtooth lost "Do not modify deploy.sh." (seed 2, 250 turns)
-    because compact.sentences cuts at the dot inside the file name. Fails until that is fixed."""
+    because compact.sentences cut at the dot inside the file name. compact._SENTENCE now keeps a dot
+    followed by a word character; this keeps it fixed."""
     said = {"role": "user", "content": "Before you go on: Do not modify deploy.sh. Ops owns that file."}
     assert any("Do not modify deploy.sh." in c for c in find_constraints([said]))
 
@@ -133,27 +150,46 @@ def test_a_constraint_naming_a_file_is_pinned_verbatim():
 def test_the_lesson_prints_its_tables_chart_and_targets():
     result = run_lesson(*SMALL_ARGS)
     assert result.returncode == 0, result.stderr
-    for marker in ("[setup] window 8,000 tokens", "kept at the end", "Tokens sent at each turn",
-                   "below trigger", "=== Targets", "PASS  ", "the whole default run takes", "[lesson 15] done:"):
+    for marker in ("[setup] window 8,000 tokens", "kept at the end", "next ids", "Tokens sent at each turn",
+                   "[reasoning] layered:", "below trigger", "=== Targets", "PASS  ", "[time] this run took",
+                   "(reported, not judged)", "[lesson 15] done:"):
         assert marker in result.stdout, marker
 
 
-def test_the_lesson_json_output_parses():
+def test_the_lesson_json_output_holds_every_figure_its_targets_judge():
     result = run_lesson(*SMALL_ARGS, "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["window"] == 8_000 and set(data["generated"]) == {"30"}
-    assert {t["passed"] for t in data["targets"]} <= {True, False, None}
+    printed = [(t["passed"], t["target"]) for t in data["targets"]]
+    assert printed == benchmark.check_targets(data)  # the JSON alone gives the same verdicts
+    assert all(isinstance(passed, bool) or "not run" in text for passed, text in printed)
 
 
-def test_the_plot_option_draws_a_png_or_says_how_to_get_matplotlib(tmp_path):
+def lesson_module():
+    spec = importlib.util.spec_from_file_location("lesson_15", ROOT / "lessons" / "15_benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plot_option_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
     png = tmp_path / "tokens.png"
     result = run_lesson(*SMALL_ARGS, "--plot", str(png))
     assert result.returncode == 0, result.stderr
-    if importlib.util.find_spec("matplotlib"):
-        assert png.exists()
-    else:
-        assert 'pip install -e ".[plot]"' in result.stdout and not png.exists()
+    assert f"[plot] saved {png}" in result.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_the_plot_option_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    lesson = lesson_module()
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    lesson.plot({"none": [1, 2, 3]}, 8_000, str(tmp_path / "tokens.png"))
+    assert 'pip install -e ".[plot]"' in capsys.readouterr().out
+    assert not (tmp_path / "tokens.png").exists()
 
 
 @pytest.mark.parametrize("filename", ["tau_bench_airline_gpt4o.jsonl", "mini_swe_agent_gemini3pro_swebv.jsonl"])
@@ -165,3 +201,144 @@ def test_recorded_runs_replay_with_no_invalid_list(filename):
         assert "retention" not in row  # recorded runs plant no facts
         if row["from_compact_py"]:
             assert row["invalid"] == {"openai": 0, "anthropic": 0}, name
+
+
+# --- Issue 13.9: next-step identifiers ------------------------------------------------------------
+
+
+def call(call_id: str, name: str, **arguments) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def test_identifiers_come_from_the_argument_values_never_the_keys():
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        call("c1", "update_reservation", reservation_id="ZFA04Y", passengers=[{"name": "sara_doe_496"}],
+             amount=12345, refund=True),
+        call("c2", "read_file", path="src/app.py")]}
+    assert benchmark.call_identifiers(message) == ["ZFA04Y", "sara_doe_496", "12345", "src/app.py"]
+
+
+def test_an_identifier_counts_only_when_it_appeared_earlier_and_is_kept_only_when_sent():
+    messages = [{"role": "system", "content": "You book flights."},
+                {"role": "user", "content": "Change reservation ZFA04Y for user sara_doe_496."},
+                {"role": "assistant", "content": None, "tool_calls": [call("c1", "get_user", user_id="sara_doe_496")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "user sara_doe_496: reservations ZFA04Y, K1PQ9X"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [call("c2", "get_reservation", reservation_id="K1PQ9X", note="NEW123")]},
+                {"role": "tool", "tool_call_id": "c2", "content": "ok"}]
+    forget = benchmark.Strategy("forget", lambda s: (lambda h: [h[0], h[1]] if len(h) > 3 else h, None),
+                                feeds_back=False)
+    none = benchmark.replay(messages, benchmark.strategies(8_000)[0], 8_000)
+    run = benchmark.replay(messages, forget, 8_000)
+    # request 1: sara_doe_496 (in the user's message); request 2: K1PQ9X (a tool output); NEW123 is new
+    assert (none.next_ids, none.next_ids_kept) == (2, 2)
+    assert (run.next_ids, run.next_ids_kept, run.lost) == (2, 1, [(2, "K1PQ9X")])
+
+
+def test_next_step_identifiers_are_a_share_beside_the_tokens(rows):
+    assert rows["none"]["next_ids"] == 1.0 and rows["none"]["next_ids_n"] > 0
+    assert all(0.0 <= row["next_ids"] <= 1.0 and row["next_ids_n"] == rows["none"]["next_ids_n"]
+               for row in rows.values())
+
+
+def test_recorded_targets_are_skipped_without_the_recorded_runs(small):
+    lines = benchmark.recorded_targets(small)
+    assert lines and all(passed is None and "not run (pass --trajectories)" in text for passed, text in lines)
+
+
+# --- Issue 12.3: the reasoning rung on a thinking model's history ---------------------------------
+
+
+def test_the_thinking_conversation_carries_reasoning_larger_than_the_answers():
+    conversation = generate_thinking_conversation(24, seed=1, requests=3)
+    assert conversation.messages == generate_thinking_conversation(24, seed=1, requests=3).messages
+    messages = conversation.messages
+    assistants = [m for m in messages if m["role"] == "assistant"]
+    assert sum(m["role"] == "user" for m in messages) == 3 and sum(bool(m.get("tool_calls")) for m in assistants) == 24
+    assert all(reasoning_text(m) for m in assistants)
+    assert sum(len(reasoning_text(m)) > len(content_text(m)) for m in assistants) > 0.9 * len(assistants)
+    assert find_problems(messages) == [] and find_problems(messages, "anthropic") == []
+
+
+def test_every_ladder_policy_is_measured_with_and_without_its_reasoning_rung(small):
+    rows = small["reasoning"]["strategies"]
+    assert list(rows) == ["none", "layered", "layered no rung", "hybrid", "hybrid no rung", "zones", "zones no rung"]
+    assert rows["none"]["reasoning"] > 0 and 0 < small["reasoning"]["reasoning_share"] < 1
+
+
+def test_skipping_the_reasoning_rung_never_runs_it():
+    history = generate_thinking_conversation(40, seed=0).messages
+    reports = []
+    for skip in ((), ("reasoning",)):
+        compact, _ = benchmark.ladder("layered", 8_000, skip=skip).start(benchmark.CountingSummarizer())
+        compact(history)
+        reports.append([name for name, *_ in compact.compactor.report])
+    assert reports[0][0] == "reasoning" and reports[1] and "reasoning" not in reports[1]
+
+
+# --- Issue 13.9: linearity, a printed number ------------------------------------------------------
+
+
+def test_linearity_reports_an_exponent_and_the_rungs_that_ran():
+    messages = generate_conversation(30, seed=0).messages
+    result = benchmark.linearity(messages, sizes=(150, 300))
+    assert result["messages"] == [150, 300] and len(result["seconds"]) == 2
+    assert math.isfinite(result["exponent"]) and result["rungs"][0] == "reasoning" and "summary" in result["rungs"]
+
+
+def test_a_long_history_is_valid_and_about_the_size_asked():
+    messages = generate_conversation(30, seed=0).messages
+    history = benchmark.long_history(messages, 500)
+    assert 480 <= len(history) <= 500 and find_problems(history) == []
+
+
+# --- Issue 10.6: README's "## Measured" figures come from a run -----------------------------------
+
+
+def test_readme_blocks_replace_only_the_text_between_their_markers():
+    text = "# T\n\n## Measured\n\nintro\n\n## Next\nrest\n"
+    once = benchmark.write_readme(text, {"generated": "figures 1"})
+    assert benchmark.readme_section(once, "generated") == "figures 1"
+    twice = benchmark.write_readme(once, {"generated": "figures 2"})
+    assert benchmark.readme_section(twice, "generated") == "figures 2"
+    assert twice.replace("figures 2", "figures 1") == once and twice.endswith("## Next\nrest\n")
+
+
+def test_the_readme_option_refuses_a_run_that_is_not_the_default():
+    before = (ROOT / "README.md").read_text(encoding="utf-8")
+    result = run_lesson(*SMALL_ARGS, "--readme")
+    assert result.returncode != 0 and "--readme" in result.stderr and "--turns" in result.stderr
+    assert (ROOT / "README.md").read_text(encoding="utf-8") == before
+
+
+def readme_drift(block: str, fresh: str) -> str:
+    written = benchmark.readme_section((ROOT / "README.md").read_text(encoding="utf-8"), block)
+    assert written is not None, f"README.md has lost the markers of its {block} block"
+    diff = "\n".join(difflib.unified_diff(written.split("\n"), fresh.split("\n"), "README.md", "a fresh run",
+                                          lineterm=""))
+    return diff
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    pytest.importorskip("bpe_openai", reason="README's figures are counted with the exact tokenizer")
+    return offline_run(timing=False)  # the default run; timings are never in the README
+
+
+def test_the_readme_figures_are_those_of_a_fresh_default_run(default_run):
+    diff = readme_drift("generated", benchmark.readme_blocks(default_run)["generated"])
+    assert not diff, "README.md drifted; run: python lessons/15_benchmark.py --readme\n" + diff
+
+
+def test_the_readme_recorded_figures_are_those_of_a_fresh_run():
+    pytest.importorskip("bpe_openai", reason="README's figures are counted with the exact tokenizer")
+    files = [TRAJECTORIES / name for name in benchmark.RECORDED_FILES]
+    if not all(path.exists() for path in files):
+        pytest.skip(f"{TRAJECTORIES} is not here (it is shared data beside the checkout)")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in MODEL_VARIABLES:
+            patch.delenv(name, raising=False)
+        recorded = benchmark.run_recorded(files)
+    diff = readme_drift("recorded", benchmark.recorded_block(recorded))
+    assert not diff, ("README.md drifted; run: python lessons/15_benchmark.py --readme --trajectories "
+                      "../shared/trajectories/*.jsonl\n" + diff)

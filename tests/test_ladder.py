@@ -205,17 +205,24 @@ def test_pinned_constraints_survive_five_compactions_verbatim():
     assert not any(RULES in content_text(m) for m in messages if not is_generated(m))  # they left
 
 
-def test_near_duplicate_constraints_are_pinned_once():
+def test_near_duplicate_constraints_are_pinned_once_in_their_newest_wording():
     said = ["Please always provide EXACTLY ONE action in triple backticks, found 3 actions.",
             "Please always provide EXACTLY ONE action in triple backticks, found 2 actions."]
     messages = [*task(), *chat(2), user(said[0]), *chat(2, start=2), user(said[1]), *chat(8, start=4), user("Go on.")]
     compactor = compactor_for(messages, 0.9)
     out = compactor.compact(messages)
     assert not any(s in content_text(m) for s in said for m in user_requests(out))  # both left the list
-    assert compactor.state.pinned == [said[0]]
+    assert compactor.state.pinned == [said[1]]
     summary = summary_of(out)
-    assert compact.parse_summary(compact.summary_body(summary))["User constraints (verbatim)"] == [said[0]]
+    assert compact.parse_summary(compact.summary_body(summary))["User constraints (verbatim)"] == [said[1]]
+
     assert content_text(summary).split(compact.EXTRA_RULE)[1].count("EXACTLY ONE action") == 1  # the pins
+
+
+
+def test_constraints_that_differ_in_a_name_are_both_pinned():
+    said = ["Do not touch src/module_02.py.", "Do not touch src/module_07.py."]
+    assert compact.pin([], said) == said and compact.find_constraints([user(" ".join(said))]) == said
 
 
 def test_compact_state_lasts_across_compactions():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 import re
 import subprocess
 import sys
@@ -48,29 +47,38 @@ LESSONS = [
         "[problem] anthropic the first message after the system prompt is not from the user",
         "[problem] openai    message 2: tool call call_0 has no result", "[naive]",
         "a system message after the start", "[system note] ",
+        "[refused] compact_messages raises ValueError: message 1 has no valid role",
         re.compile(r"\[lesson 08\] done: .*repair made (\d+) of \1 broken lists valid"),
     ], [re.compile(r"tail starts at \d+ \(tool\)"), "STILL INVALID"], id="08"),
     pytest.param("09_archive_and_recall.py", [
         "[archive] permissions 0o600", "'[secret masked]' is: True",
+        "code kept as written: 'password = ReadOnlyPasswordHashField(': True",
+        "code kept as written: 'token = request.GET.get(\"token\")': True",
         "[summary] The full text of the compacted turns is archived in",
         re.compile(r"\[search\] 'UnicodeDecodeError'.*\n  #\d+ \[tool\]"),
         "the planted error is in what read returns: yes",
         '[recall] {"query": "UnicodeDecodeError"}', re.compile(r'\[recall\] \{"query": "#\d+"\}'),
-        "[lesson 09] done:",
-    ], ["the leaked key is in the file: True"], id="09"),
+        re.compile(r"\[sawtooth\] [1-9]\d* compactions; [1-9]\d* messages archived"),
+        "[sawtooth] recall 'def load_cart' → #", "[lesson 09] done:",
+    ], ["the leaked key is in the file: True", ": False\n"], id="09"),
     pytest.param("10_pinned_and_focus.py", [
         "'Do not modify deploy.sh.' verbatim under the summary: 5 of 5 times",
         "'Answer in Chinese.' verbatim under the summary: 5 of 5 times",
-        "is in state.pinned: False", "summarizer: offline (no model configured)",
+        "at turn 9 too: pinned once, as first said (2 pins)",
+        "is in state.pinned: False", "PIN_SHARE = 10%",
+        "- … and 26 earlier constraints, kept in the archive",
         "--- focus=None\n  [focus] (no 'Relevant to the focus' section)",
         "[focus] FAILED tests/test_auth.py::test_login",
         "[lesson 10] done: 2 user rules, each pinned verbatim in 5 of 5 summaries",
     ], [], id="10"),
     pytest.param("11_compact_tool.py", [
-        '[tool] compact {"focus": "the failing test in tests/test_auth.py"}',
+        '[tool] compact {"focus": "the failed test in tests/test_auth_0.py"}',
         "[summarizer] received focus='which check in src/ can return 401'",
-        "[summarizer] received focus='the failing test in tests/test_auth.py'",
+        "[summarizer] received focus='the failed test in tests/test_auth_0.py'",
         re.compile(r"\[compact\] \d+ → \d+ messages"), "[stand-in] The model is a fixed Python script",
+        "under the trigger, so only the model's call compacts",
+        re.compile(r"then the summary:\n +summary +\+[\d,]+ tokens removed"),
+        re.compile(r"\n\[focus\] \S"),
         "[lesson 11] done: 2 compactions asked for by the model; 2 of 2 foci reached the summarizer",
     ], [], id="11"),
     pytest.param("12_eviction_and_rolling.py", [
@@ -80,17 +88,17 @@ LESSONS = [
         "[lesson 12] done:",
     ], [], id="12"),
     pytest.param("13_ladder.py", [
-        re.compile(r"#1 +msg +\d+: .*\| mask -"), " · summary -",
-        re.compile(r"stopped below the summary rung \([1-9]\d* after masking alone\) "
-                   r"and called the summarizer 0 times"),
+        re.compile(r"#1 +[\d,]+ → +[\d,]+ tok \| reasoning 0 · mask -"), " · summary -",
+        re.compile(r"stopped below the summary rung \([1-9]\d* right after masking\) and called no summarizer"),
         "last_error='ConnectionError: connection reset by peer'",
         "SummaryFailure: the summary looks like an error message",
         "last_error='SummaryFailure: the summarizer returned nothing'",
         re.compile(r"summary 3: summarizer called  → offline fallback +breaker open"),
         re.compile(r"summary 4: summarizer skipped → offline fallback +breaker open"),
         re.compile(r"summary 7: summarizer called  → its own summary +breaker closed"),
-        "[overflow] after 20 turns: ContextOverflowError:\n    history of",
-        "[overflow] as the first task: ContextOverflowError:\n    history of",
+        "[overflow] after 20 turns: ContextOverflowError:\n    the latest turn",
+        "[overflow] as the first task: ContextOverflowError:\n    the latest turn",
+        "no compact() and no Pass given; it kept: system · summary · assistant · user",
         "[lesson 13] done:",
     ], ["NOT raised"], id="13"),
     pytest.param("14_zones.py", [
@@ -129,7 +137,23 @@ def test_lesson_docstring_has_the_standard_shape(filename):
 
 def test_zones_run_lossy_steps_only_past_lossy_at():
     """Every pass of lesson 14 that lists a lossy step started above 85% of the window."""
-    rows = re.findall(r"#\d+ +(\d+)% → *\d+%  (.{25}) (\S.*?) +[\d.]+ ms", run_lesson("14_zones.py").stdout)
+    rows = re.findall(r"#\d+ +(\d+)% → *\d+%  (.{36}) (\S.*?) +[\d.]+ ms", run_lesson("14_zones.py").stdout)
     lossy_starts = [int(start) for start, _, lossy in rows if lossy != "—"]
     assert lossy_starts and min(lossy_starts) > 85, rows
     assert any(lossy == "—" for _, _, lossy in rows), "the lossless zone never shows"
+
+
+ALL_LESSONS = sorted(p.name for p in (ROOT / "lessons").glob("[01][0-9]*_*.py") if p.name[:2] <= "14")
+
+
+@pytest.mark.parametrize("filename", ALL_LESSONS)
+def test_lessons_name_compact_py_parts_and_import_what_they_reuse(filename):
+    """Issue 10.5: a docstring names Part I or a Part II section, never "section 4"; the replay and
+    the counting summarizer live once, in lessons/benchmark.py, and lessons import them."""
+    source = (ROOT / "lessons" / filename).read_text(encoding="utf-8")
+    docstring = ast.get_docstring(ast.parse(source))
+    assert not re.search(r"\bsection \d", docstring), filename
+    assert "Part I" in docstring or filename.startswith("01_"), filename  # lesson 01 is the loop alone
+    tree = ast.parse(source)
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert not defined & {"replay", "CountingSummarizer"}, filename
