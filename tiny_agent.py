@@ -35,7 +35,7 @@ from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, compact_messages,
                      estimate_tokens, is_summary, make_client, model_configured, snip_text, summarize_default,
                      system_head)
 # ...and deletes this one, with the three ladder strategies in `make_compaction`.
-from compact import (POLICIES, Archive, CompactState, Compactor, ContextOverflowError, leaving, pins_text)
+from compact import (POLICIES, PRESETS, Archive, CompactState, Compactor, ContextOverflowError, leaving, pins_text)
 
 HERE = Path(__file__).resolve().parent
 SYSTEM_PROMPT = """You are a careful coding agent working inside a workspace folder. Use the tools \
@@ -316,9 +316,10 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
         return (lambda messages, focus=None, force=0, used=None: messages), None
     if config.strategy == "sawtooth":
         return sawtooth(config, summarize, archive, reserved), None
-    compactor = Compactor(context_window=config.context_window, reserved_output=reserved,
-                          fixed_tokens=SCHEMA_TOKENS, policy=config.strategy, summarize=summarize,
-                          archive=archive, reattach=reattach, keep_recent=config.keep_recent)
+    settings = dict(context_window=config.context_window, reserved_output=reserved, fixed_tokens=SCHEMA_TOKENS,
+                    summarize=summarize, archive=archive, reattach=reattach)
+    compactor = (Compactor.from_seed(config.preset, **settings) if config.preset else
+                 Compactor(policy=config.strategy, keep_recent=config.keep_recent, **settings))
 
     def ladder(messages, focus=None, force=0, used=None):
         if force >= 2:  # straight to the last resort: the pins, the summary and the latest turn
@@ -551,6 +552,7 @@ class Config:
     base_url: str | None = None  # OPENAI_BASE_URL; None is api.openai.com
     context_window: int = 128_000  # CONTEXT_WINDOW, in tokens
     strategy: str = "sawtooth"  # --strategy, one of STRATEGIES
+    preset: str | None = None  # --preset: a design document's ladder (compact.PRESETS); its policy wins
     threshold: int = THRESHOLD  # --threshold: the sawtooth compacts above this many messages
     keep_recent: int = KEEP_RECENT  # --keep-recent: messages the sawtooth keeps whole
     max_iterations: int = 50  # --max-iterations: model calls for one task
@@ -575,8 +577,11 @@ def load_config(env: dict | None = None, **overrides) -> Config:
               "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0),
               "send_reasoning": env.get("SEND_REASONING", "1").strip().lower() not in ("0", "false", "no")}
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("preset") in PRESETS:
+        values["strategy"] = PRESETS[values["preset"]].get("policy", "layered")
     config = Config(**values)
-    problems = [(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
+    problems = [(config.preset is not None and config.preset not in PRESETS,
+                 f"unknown preset {config.preset!r}; choose one of {', '.join(PRESETS)}"),(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
                  f"{', '.join(STRATEGIES)}"),
                 (config.keep_recent < 1, f"--keep-recent {config.keep_recent}: keep at least 1 message"),
                 (config.threshold <= config.keep_recent, f"--threshold {config.threshold} must be larger than "
@@ -788,6 +793,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="A tiny agent whose context is compacted on every iteration.")
     p.add_argument("task", nargs="?", help="one task to run; without it, a REPL (or the demo with no model)")
     p.add_argument("--strategy", choices=STRATEGIES, help="how to compact (default: sawtooth)")
+    p.add_argument("--preset", choices=list(PRESETS), help="a design document's ladder, with its own numbers")
     p.add_argument("--demo", action="store_true", help="run the offline demo even if a model is configured")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
     p.add_argument("--yes", action="store_true", help="run dangerous shell commands without asking")
@@ -806,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
     config = None
     try:
         load_env()
-        config = load_config(strategy=args.strategy, max_iterations=args.max_iterations,
+        config = load_config(strategy=args.strategy, preset=args.preset, max_iterations=args.max_iterations,
                              threshold=args.threshold, keep_recent=args.keep_recent)
         if args.demo or not model_configured():
             if args.task:

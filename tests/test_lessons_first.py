@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
                        '"code": "context_length_exceeded"', "is_context_overflow(error) = True",
-                       "[stop] ask() tried force 1, 2 and 3", "the request still does not fit",
+                       "[stop] ask() tried force 1, 2 and 3", "--strategy none does not",
                        "[growth] every request re-sends", "[lesson 01] done:", "refused at ~"],
     "02_sawtooth.py": ["[summary] summaries by: the offline summarizer", "[compact] ", "1 earlier summary +",
                        "tokens sent at each of", "## Task", "find_cut walked back and ended at 6",
