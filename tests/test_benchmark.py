@@ -17,7 +17,7 @@ import pytest
 
 import benchmark
 from compact import (content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
-                     reasoning_text, summary_message)
+                     reasoning_text)
 from conftest import MODEL_VARIABLES, TRAJECTORIES, load_trajectories, offline_env
 from conversations import generate_conversation, generate_thinking_conversation
 
