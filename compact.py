@@ -484,6 +484,14 @@ def summarize_default(messages: list[dict], focus: str | None = None) -> str:
 LOST_RESULT = "[result lost during context compression]"
 
 
+def _open_calls(out: list[dict]) -> list[dict]:
+    """The calls of the last assistant message in `out`, if only tool results follow it."""
+    for m in reversed(out):
+        if m.get("role") != "tool":
+            return list(m.get("tool_calls") or []) if m.get("role") == "assistant" else []
+    return []
+
+
 def repair(messages: list[dict]) -> list[dict]:
     """Make a list valid: a late system message becomes a user note, orphan results and empty
     assistant turns go, and an unanswered call gets a placeholder result (lesson 08)."""
@@ -507,12 +515,15 @@ def repair(messages: list[dict]) -> list[dict]:
     return out
 
 
-def _open_calls(out: list[dict]) -> list[dict]:
-    """The calls of the last assistant message in `out`, if only tool results follow it."""
-    for m in reversed(out):
-        if m.get("role") != "tool":
-            return list(m.get("tool_calls") or []) if m.get("role") == "assistant" else []
-    return []
+class ContextOverflowError(RuntimeError):
+    """The history cannot be made to fit the window: the message says what did not fit."""
+
+
+def leaving(before: list[dict], after: list[dict]) -> list[dict]:
+    """The messages of `before` that are not in `after`, by identity: what a compaction removed
+    or rewrote, for the caller to archive."""
+    kept = {id(m) for m in after}
+    return [m for m in before if id(m) not in kept]
 
 
 THRESHOLD, KEEP_RECENT = 30, 6  # the design card's sawtooth: above 30 messages, keep the last 6
@@ -983,13 +994,6 @@ class Archive:
         return json.dumps(m, ensure_ascii=False, indent=1)
 
 
-def leaving(before: list[dict], after: list[dict]) -> list[dict]:
-    """The messages of `before` that are not in `after`, by identity: what a compaction removed
-    or rewrote, to archive before it goes."""
-    kept = {id(m) for m in after}
-    return [m for m in before if id(m) not in kept]
-
-
 # --- Pins and focus (lesson 10) --------------------------------------------------------------
 
 
@@ -1212,10 +1216,6 @@ class SummaryGuard:
 
 
 # --- The ladder (lessons 10-13) --------------------------------------------------------------
-
-
-class ContextOverflowError(RuntimeError):
-    """Even the last resort could not make the history fit the window."""
 
 
 @dataclass

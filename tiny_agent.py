@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Callable
 
 # Part I of compact.py: the sawtooth. A fork that keeps only the sawtooth keeps this import...
-from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, compact_messages, content_text, drop_old_reasoning,
-                     estimate_tokens, is_summary, make_client, model_configured, snip_text, summarize_default,
-                     system_head)
-# ...and deletes this one, with the three ladder strategies in `make_compaction`.
-from compact import (POLICIES, PRESETS, Archive, CompactState, Compactor, ContextOverflowError, leaving, pins_text)
+from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, ContextOverflowError, compact_messages, content_text,
+                     drop_old_reasoning, estimate_tokens, is_summary, leaving, make_client, model_configured,
+                     snip_text, summarize_default, system_head)
+# ...and deletes every line that ends in "# ladder", this import first (tests/test_fork.py does it).
+from compact import POLICIES, PRESETS, Archive, CompactState, Compactor, pins_text  # ladder
 
 HERE = Path(__file__).resolve().parent
 SYSTEM_PROMPT = """You are a careful coding agent working inside a workspace folder. Use the tools \
@@ -304,28 +304,34 @@ def waiting(stream=None):
 # Strategies: the one place that maps --strategy to a compaction function
 # --------------------------------------------------------------------------------------------
 
-STRATEGIES = ("sawtooth", *POLICIES, "none")
+STRATEGIES = ("sawtooth", "none")
+STRATEGIES = ("sawtooth", *POLICIES, "none")  # ladder
 
 
 def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
                     reattach: Callable | None = None) -> tuple[Callable, Compactor | None]:
     """(compact, compactor): compact(messages, focus=None, force=0, used=None) returns the list to
     send. force 1 compacts now; 2 to the smallest form; `used` is the request's size in tokens."""
-    reserved = config.reserved_output  # room for the answer
     if config.strategy == "none":
         return (lambda messages, focus=None, force=0, used=None: messages), None
     if config.strategy == "sawtooth":
-        return sawtooth(config, summarize, archive, reserved), None
-    settings = dict(context_window=config.context_window, reserved_output=reserved, fixed_tokens=SCHEMA_TOKENS,
-                    summarize=summarize, archive=archive, reattach=reattach)
+        return sawtooth(config, summarize, archive, config.reserved_output), None
+    return ladder(config, summarize, archive, reattach)  # ladder
+
+
+def ladder(config: Config, summarize: Callable | None, archive: Archive | None,
+           reattach: Callable | None) -> tuple[Callable, Compactor]:
+    """A Compactor for --strategy layered|hybrid|zones or a --preset, as a compaction function."""
+    settings = dict(context_window=config.context_window, reserved_output=config.reserved_output,
+                    fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive, reattach=reattach)
     compactor = (Compactor.from_seed(config.preset, **settings) if config.preset else
                  Compactor(policy=config.strategy, keep_recent=config.keep_recent, **settings))
 
-    def ladder(messages, focus=None, force=0, used=None):
+    def compact(messages, focus=None, force=0, used=None):
         if force >= 2:  # straight to the last resort: the pins, the summary and the latest turn
             return compactor.compact(messages, focus=focus, force=True, only=("reasoning", "last resort"))
         return compactor.compact(messages, focus=focus, force=bool(force), used=used)
-    return ladder, compactor
+    return compact, compactor
 
 
 TRIGGER = 0.7  # the sawtooth's token net: compact when the request passes this share of the window
@@ -577,11 +583,10 @@ def load_config(env: dict | None = None, **overrides) -> Config:
               "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0),
               "send_reasoning": env.get("SEND_REASONING", "1").strip().lower() not in ("0", "false", "no")}
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if values.get("preset") in PRESETS:
-        values["strategy"] = PRESETS[values["preset"]].get("policy", "layered")
+    if values.get("preset"):  # ladder
+        values["strategy"] = preset_policy(values["preset"])  # ladder
     config = Config(**values)
-    problems = [(config.preset is not None and config.preset not in PRESETS,
-                 f"unknown preset {config.preset!r}; choose one of {', '.join(PRESETS)}"),(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
+    problems = [(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
                  f"{', '.join(STRATEGIES)}"),
                 (config.keep_recent < 1, f"--keep-recent {config.keep_recent}: keep at least 1 message"),
                 (config.threshold <= config.keep_recent, f"--threshold {config.threshold} must be larger than "
@@ -591,6 +596,13 @@ def load_config(env: dict | None = None, **overrides) -> Config:
         if wrong:
             raise ConfigError(message)
     return config
+
+
+def preset_policy(name: str) -> str:
+    """The policy a design document's preset runs, or a one-line error for an unknown name."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name].get("policy", "layered")
 
 
 def whole_number(env: dict, name: str, default: str, least: int) -> int:
@@ -642,7 +654,8 @@ def new_session(config: Config, summarize: Callable | None = None, archive_dir=N
                 ws: Workspace | None = None) -> Session:
     """A session with the system prompt, an archive when a folder is given, and the strategy's
     compaction function; the ladder re-attaches recent files from the workspace."""
-    archive = Archive.in_folder(archive_dir) if archive_dir else None
+    archive = None  # the sawtooth alone keeps no archive
+    archive = Archive.in_folder(archive_dir) if archive_dir else None  # ladder
     reattach = (lambda path: current_text(ws, path)) if ws else None
     compact, compactor = make_compaction(config, summarize or summarize_default, archive, reattach)
     admit = compactor.admit_tool_result if compactor and config.strategy == "zones" else None
@@ -793,7 +806,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="A tiny agent whose context is compacted on every iteration.")
     p.add_argument("task", nargs="?", help="one task to run; without it, a REPL (or the demo with no model)")
     p.add_argument("--strategy", choices=STRATEGIES, help="how to compact (default: sawtooth)")
-    p.add_argument("--preset", choices=list(PRESETS), help="a design document's ladder, with its own numbers")
+    p.set_defaults(preset=None)
+    p.add_argument("--preset", choices=list(PRESETS), help="a design document's ladder, with its numbers")  # ladder
     p.add_argument("--demo", action="store_true", help="run the offline demo even if a model is configured")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
     p.add_argument("--yes", action="store_true", help="run dangerous shell commands without asking")
