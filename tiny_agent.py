@@ -180,6 +180,10 @@ def requested_focus(arguments: str) -> str:
     return str(args.get("focus", "")) if isinstance(args, dict) else ""
 
 
+# --------------------------------------------------------------------------------------------
+# Requests: what every OpenAI-compatible server accepts, and what its refusals mean
+# --------------------------------------------------------------------------------------------
+
 def cut_newest_outputs(messages: list[dict], max_chars: int = 2_000) -> list[dict]:
     """The newest turn cut to fit, saying so: its tool results to head and tail with their error
     lines, its call's text and arguments to their start."""
@@ -201,10 +205,6 @@ def first_line(error: Exception, width: int = 160) -> str:
     text = " ".join(str(error).split())
     return text[:width] + ("…" if len(text) > width else "")
 
-
-# --------------------------------------------------------------------------------------------
-# Requests: what every OpenAI-compatible server accepts, and what its refusals mean
-# --------------------------------------------------------------------------------------------
 
 def outgoing(messages: list[dict], send_reasoning: bool = True) -> list[dict]:
     """The one normalisation step before sending. Assistant text is always a string (llama.cpp's
@@ -273,8 +273,10 @@ OVERFLOW = re.compile("|".join([
 
 
 def is_context_overflow(error: Exception) -> bool:
-    """True for a server's "context too long" refusal, whatever its exact wording."""
-    return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error}"))
+    """True for a server's "context too long" refusal, whatever its exact wording; the body too, since
+    the client's message leaves out an error that is a bare string (LM Studio)."""
+    body = getattr(error, "body", None)
+    return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
 
 
 @contextmanager

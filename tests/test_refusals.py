@@ -1,0 +1,77 @@
+"""Every server family's "context too long" refusal is recognised, as the real `openai` client
+raises it from the real HTTP status and body; other errors are not taken for one.
+
+The bodies are those the servers send (llama-cpp-python's was captured from a live server here;
+the others are quoted from the servers' sources and issue threads)."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from werkzeug import Response
+
+from tiny_agent import is_context_overflow
+
+
+def error(message: str, kind: str = "invalid_request_error", code=None, **extra) -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code, **extra}}
+
+
+REFUSALS = {
+    "llama-cpp-python (captured)": (400, error(
+        "This model's maximum context length is 2048 tokens. However, you requested 5010 tokens (5010 in the "
+        "messages, None in the completion). Please reduce the length of the messages or completion.",
+        code="context_length_exceeded")),
+    "llama.cpp llama-server": (400, error(
+        "the request exceeds the available context size, try increasing it", "exceed_context_size_error",
+        n_prompt_tokens=5010, n_ctx=4096)),
+    "llama.cpp llama-server, older": (400, {"error": {"code": 400, "message": "input is too large to process. "
+                                                      "increase the physical batch size", "type": "server_error"}}),
+    "OpenAI": (400, error("This model's maximum context length is 128000 tokens. However, your messages resulted "
+                          "in 130412 tokens. Please reduce the length of the messages.", code="context_length_exceeded")),
+    "DeepSeek": (400, error("This model's maximum context length is 65536 tokens. However, you requested 70011 "
+                            "tokens (70011 in the messages, 0 in the completion). Please reduce the length of the "
+                            "messages or completion.", code="invalid_request_error")),
+    "vLLM": (400, error("The decoder prompt (length 5000) is longer than the maximum model length of 4096. Make "
+                        "sure that `max_model_len` is no smaller than the number of text tokens.", "BadRequestError")),
+    "vLLM, older": (400, error("This model's maximum context length is 4096 tokens. However, you requested 5000 "
+                               "tokens in the messages, Please reduce the length of the messages.", "BadRequestError")),
+    "DashScope (Qwen)": (400, error("Range of input length should be [1, 30720]", "invalid_request_error",
+                                    code="invalid_parameter_error")),
+    "Anthropic-compatible": (400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                              "message": "prompt is too long: 210345 tokens > 200000 maximum"}}),
+    "LM Studio": (400, {"error": "Trying to keep the first 5012 tokens when context the overflows. However, the "
+                                 "model is loaded with context length of only 4096 tokens, which is not enough. Try "
+                                 "to load the model with a larger context length, or provide a shorter input"}),
+}
+NOT_REFUSALS = {
+    "bad content": (400, error("Invalid type for 'messages[2].content': expected a string, but got null.")),
+    "rate limit": (429, error("Rate limit reached for requests", "requests", code="rate_limit_exceeded")),
+    "llama-cpp-python null content (captured)": (500, error(
+        "1 validation error: {'type': 'string_type', 'loc': ('body', 'messages', 2, "
+        "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string', 'input': None}",
+        "internal_server_error")),
+    "reasoning missing (DeepSeek)": (400, error("The `reasoning_content` in the thinking mode must be passed back "
+                                                "to the API.")),
+}
+
+
+def raised(httpserver, status: int, body: dict) -> Exception:
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_response(
+        Response(json.dumps(body), status=status, content_type="application/json"))
+    client = openai.OpenAI(base_url=httpserver.url_for("/v1"), api_key="sk-test", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    return caught.value
+
+
+@pytest.mark.parametrize("server", REFUSALS)
+def test_a_context_refusal_is_recognised(httpserver, server):
+    assert is_context_overflow(raised(httpserver, *REFUSALS[server]))
+
+
+@pytest.mark.parametrize("server", NOT_REFUSALS)
+def test_other_errors_are_not_taken_for_a_context_refusal(httpserver, server):
+    assert not is_context_overflow(raised(httpserver, *NOT_REFUSALS[server]))
