@@ -310,6 +310,16 @@ def render_summary(sections: dict[str, list[str]]) -> str:
                        for title, items in sections.items() if items)
 
 
+# A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
+DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
+                      r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
+_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[\w/]))+[.!?。！？]?")
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+
+
 def error_kind(line: str) -> str:
     """An error line with its numbers blanked: one line per kind of error is kept, so a failure
     repeated fifty times (at another line number each time) does not push a rare one out."""
@@ -329,15 +339,18 @@ def summarize_offline(messages: list[dict], focus: str | None = None) -> str:
     errors = {error_kind(e): e for e in old.get("Errors seen", []) + [line.strip()[:200] for t in texts
               for line in t.split("\n") if ERROR_LINE.search(line)]}
     ids = identifiers(texts) + [x for line in old.get("Identifiers", []) for x in line.split(", ")]
-    new = {"Task": task, "User said": said[len(task):], "Identifiers": [], "Errors seen": [],
-           "Progress": done, "Focus": [focus] if focus else []}
-    keep = {"Task": 1, "User said": 8, "Progress": 3, "Focus": 1}
+    decided = [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
+               if DECISION.search(s)]
+    new = {"Task": task, "User said": said[len(task):], "Decisions": decided, "Identifiers": [],
+           "Errors seen": [], "Progress": done, "Focus": [focus] if focus else []}
+    keep = {"Task": 1, "User said": 8, "Decisions": 8, "Progress": 3, "Focus": 1}
     sections = {}
     for title, items in new.items():
         merged = list(dict.fromkeys(old.get(title, []) + items))
         sections[title] = merged[:1] if title == "Task" else merged[-keep.get(title, 1):]
     sections["Identifiers"] = [", ".join(list(dict.fromkeys(ids))[:IDENTIFIER_LIMIT])] if ids else []
-    sections["Errors seen"] = list(errors.values())[-10:]
+    sections["Errors seen"] = list(errors.values())[:2] + list(errors.values())[2:][-8:]  # the first (the
+    # root cause, often) and the latest
     return render_summary(sections)
 
 
@@ -745,14 +758,7 @@ CONSTRAINT = re.compile(
     r"\b(do not|don't|never|always|must|only|make sure|avoid|without|unchanged|prefer|answer in|reply in"
     r"|respond in)\b"
     r"|不要|别|必须|务必|只能|禁止|一定要|请用|不许|不准", re.I)
-DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
-                      r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
-_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[\w/]))+[.!?。！？]?")  # "deploy.sh" stays one word
 WRITE_TOOLS = ("write_file", "edit_file")
-
-
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
 
 
 def near_duplicate_key(text: str) -> str:

@@ -338,6 +338,7 @@ WORK = [
 @pytest.mark.parametrize("section, expected", [
     ("Task", WORK[1]["content"]),
     ("User said", "Use the new class name, Gadget."),
+    ("Decisions", "The class was renamed to Gadget, so I will use the new name."),
     ("Identifiers", "src/app.py"),
     ("Errors seen", "E   ImportError: cannot import name 'Widget' from 'src.widgets'"),
     ("Progress", "All tests pass now: the import uses Gadget."),
@@ -345,7 +346,7 @@ WORK = [
 ])
 def test_the_offline_summary_keeps(section, expected):
     sections = parse_summary(summarize_offline(WORK[1:], focus="the Gadget rename"))
-    assert list(sections) == ["Task", "User said", "Identifiers", "Errors seen", "Progress", "Focus"]
+    assert list(sections) == ["Task", "User said", "Decisions", "Identifiers", "Errors seen", "Progress", "Focus"]
     assert any(expected in item for item in sections[section]), sections
 
 
