@@ -448,19 +448,57 @@ def summary_window() -> int:
     return int(value) if value.isdigit() else 128_000
 
 
+# A server's "the request is too long", one pattern a family; each is a fixture in tests/test_refusals.py.
+OVERFLOW = re.compile("|".join([
+    r"context_length_exceeded|maximum context length|context window|too many tokens",  # OpenAI, DeepSeek
+    r"prompt is too long",  # Anthropic and its compatible endpoints
+    r"exceeds? the available context size|exceed_context_size_error|input is too large to process",  # llama-server
+    r"is longer than the maximum model length|maximum model length",  # vLLM
+    r"Range of input length should be",  # DashScope (Qwen)
+    r"context length|n_ctx|too long for the context|exceeds the context",  # LM Studio, Ollama
+]), re.I)
+
+
+def is_context_overflow(error: Exception) -> bool:
+    """True for a server's "context too long" refusal, whatever its exact wording; the body too, since
+    the client's message leaves out an error that is a bare string (LM Studio)."""
+    body = getattr(error, "body", None)
+    return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
+
+
+# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
+COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
+                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens")
+
+
+def refused_size(error: Exception) -> int | None:
+    """How many tokens the server said the refused request had, or None."""
+    match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+    return int(next(g for g in match.groups() if g)) if match else None
+
+
 def summarize_with_model(messages: list[dict], focus: str | None = None, *, client=None,
                          model: str | None = None, window: int | None = None) -> str:
     """The cheap model, no tools, temperature 0.1. A middle larger than its window is read in pieces,
-    oldest first, each answer folded into the next request (lesson 03)."""
+    oldest first, each answer folded into the next request. The model's tokenizer may count more
+    than our estimate: refused, the pieces halve and the reading starts again (lesson 03)."""
     window = window or summary_window()
     answer = min(2_000, window // 4)  # room the model may use for the summary it writes
-    summary = "\n\n".join(summary_body(m) for m in messages if is_summary(m))
-    for chunk in transcript_chunks([m for m in messages if not is_summary(m)],
-                                   window - answer - text_tokens(SUMMARY_PROMPT) - text_tokens(summary) - 100):
-        response = (client or make_client()).chat.completions.create(
-            model=model or os.environ.get("SUMMARY_MODEL") or SUMMARY_MODEL, max_tokens=answer,
-            messages=summary_request(summary, chunk, focus), temperature=0.1)
-        summary = (response.choices[0].message.content or "").strip()
+    earlier = "\n\n".join(summary_body(m) for m in messages if is_summary(m))
+    room = window - answer - text_tokens(SUMMARY_PROMPT) - text_tokens(earlier) - 100
+    for attempt in range(3):
+        summary = earlier
+        try:
+            for chunk in transcript_chunks([m for m in messages if not is_summary(m)], room):
+                response = (client or make_client()).chat.completions.create(
+                    model=model or os.environ.get("SUMMARY_MODEL") or SUMMARY_MODEL, max_tokens=answer,
+                    messages=summary_request(summary, chunk, focus), temperature=0.1)
+                summary = (response.choices[0].message.content or "").strip()
+            return summary
+        except Exception as error:
+            if attempt == 2 or not is_context_overflow(error):
+                raise
+            room //= 2
     return summary
 
 
@@ -1248,6 +1286,7 @@ class Pass:
     summarized: bool = False  # the summarizer ran: at most one call per compaction
     inputs: set[int] | None = None  # ids of the messages given to compact: only those are archived,
     # never a step's intermediate rewrite (a placeholder); None archives whatever leaves
+    ratio: float = 1.0  # the server's count over our estimate, when it counted more: estimates scale up
 
 
 ACK = {"role": "assistant", "content": "Understood. I have the summary of the earlier turns and will continue."}
@@ -1371,38 +1410,49 @@ class Compactor:
         run, budget = Pass(focus, force, inputs={id(m) for m in messages}), self.budget
         self.state.report = []
         size = budget.history(messages)
-        if used is not None:  # the server's count, less what is not history
-            size = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
+        if used is not None:  # the server's count, less what is not history, calibrates our estimates
+            counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
+            run.ratio, size = max(1.0, counted / max(1, size)), max(size, counted)
         start = self.lossless_at if self.policy == "zones" else self.trigger
         if not force and (size <= start * budget.effective(messages) or size <= self.state.floor):
             return self.premask(messages, run) if self.mask_every_call else messages
         out = messages
         for name, step, lossy in self.steps():
-            if only is not None and name not in only:
+            if only is not None:  # the caller named the steps: they run whatever the target says
+                if name in only:
+                    out = self._apply(name, step, out, run)
                 continue
-            if not budget.over(out, self.target) and not (force and name == "summary"):
+            if not self.over(out, self.target, run) and not (force and name == "summary"):
                 if force:
                     continue  # a forced compaction skips to the summary, where its focus goes
                 break
-            if lossy and not force and not self._lossy_allowed(messages, out):
+            if lossy and not force and not self._lossy_allowed(messages, out, run):
                 break
-            clock, summary = time.perf_counter(), self.state.summary
-            new = step(out, run)
-            before, after = budget.history(out), budget.history(new)
-            self.state.report.append((name, before, after, time.perf_counter() - clock))
-            if self._accepted(name, before, after, new):
-                out = new
-            else:
-                self.state.summary = summary  # a tier that was not kept leaves no summary behind
+            out = self._apply(name, step, out, run)
         return self._finish(messages, out, run)
 
-    def _accepted(self, name: str, before: int, after: int, new: list[dict]) -> bool:
+    def over(self, messages: list[dict], share: float, run: Pass) -> bool:
+        """The history passes `share` of the effective window, by our estimate scaled to the server's."""
+        return self.budget.history(messages) * run.ratio > share * self.budget.effective(messages)
+
+    def _apply(self, name: str, step: Callable, messages: list[dict], run: Pass) -> list[dict]:
+        """Run one step, note what it did, and keep its result if `_accepted` says so."""
+        clock, summary = time.perf_counter(), self.state.summary
+        new = step(messages, run)
+        before, after = self.budget.history(messages), self.budget.history(new)
+        self.state.report.append((name, before, after, time.perf_counter() - clock))
+        if self._accepted(name, before, after, new, run):
+            return new
+        self.state.summary = summary  # a tier that was not kept leaves no summary behind
+        return messages
+
+    def _accepted(self, name: str, before: int, after: int, new: list[dict], run: Pass) -> bool:
         """A step is kept when it shrank the history; a cache-first batch only when it freed at least
         `cache_min_tokens`; the light tier only when it alone reached the target."""
         if name.startswith("batch"):
             return before - after >= max(1, self.cache_min_tokens)
         if name == "light":
-            return after < before and not self.budget.over(new, self.target)
+            return after < before and not self.over(new, self.target, run)
         return after < before
 
     def premask(self, messages: list[dict], run: Pass) -> list[dict]:
@@ -1438,12 +1488,12 @@ class Compactor:
         steps = [(name, *named[name]) for name in self.layers or LAYERS[self.policy]]
         return batched(steps, self.budget) if self.cache_min_tokens else steps
 
-    def _lossy_allowed(self, original: list[dict], current: list[dict]) -> bool:
+    def _lossy_allowed(self, original: list[dict], current: list[dict], run: Pass) -> bool:
         """Zones: lossy steps only when the history passed `lossy_at`, and only while the lossless
         steps have not brought it back under `lossy_resume`."""
         if self.policy != "zones":
             return True
-        return self.budget.over(original, self.lossy_at) and self.budget.over(current, self.lossy_resume)
+        return self.over(original, self.lossy_at, run) and self.over(current, self.lossy_resume, run)
 
     def boundaries(self, messages: list[dict]) -> tuple[int, int]:
         """(head_end, tail_start). The head is the system prompt and the task; the tail is the newest
@@ -1560,7 +1610,7 @@ class Compactor:
                                       keep_last=0)
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
         out = [*system, self.summary_message(messages, run.focus), *ack, *turn]
-        if self.budget.history(out) > self.budget.effective(out):  # the summary itself does not fit:
+        if self.over(out, 1.0, run):  # the summary itself does not fit:
             self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
             out = [*system, self.summary_message(messages, run.focus), *ack, *turn]  # pins and archive note stay
         return out

@@ -32,8 +32,8 @@ from typing import Callable
 
 # Part I of compact.py: the sawtooth. A fork that keeps only the sawtooth keeps this import...
 from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, ContextOverflowError, compact_messages, content_text,
-                     drop_old_reasoning, estimate_tokens, is_summary, leaving, make_client, model_configured,
-                     snip_text, summarize_default, system_head)
+                     drop_old_reasoning, estimate_tokens, is_context_overflow, is_summary, leaving, make_client,
+                     model_configured, refused_size, snip_text, summarize_default, system_head)
 # ...and deletes every line that ends in "# ladder", this import first (tests/test_fork.py does it).
 from compact import POLICIES, PRESETS, Archive, CompactState, Compactor, pins_text  # ladder
 
@@ -131,6 +131,8 @@ def ask(session: Session, model: Callable, log=print) -> dict:
                 raise
             refused.append(json.dumps(session.messages, sort_keys=True, default=str))
             log(f"[compact] the server refused the request as too long ({first_line(error)})")
+            if refused_size(error):  # the truth about this request's size calibrates what comes next
+                session.usage = (list(session.messages), refused_size(error))
         while json.dumps(session.messages, sort_keys=True, default=str) in refused:
             level += 1
             if level > HARDEST and session.config.strategy == "none":
@@ -259,24 +261,6 @@ class ServerReplyError(Exception):
 
 class ContextLengthExceeded(Exception):
     """What the demo model raises, worded like a real server's HTTP 400, when a request is too long."""
-
-
-# One pattern a server family; each has a captured refusal in tests/test_model_path.py.
-OVERFLOW = re.compile("|".join([
-    r"context_length_exceeded|maximum context length|context window|too many tokens",  # OpenAI, DeepSeek
-    r"prompt is too long",  # Anthropic and its compatible endpoints
-    r"exceeds? the available context size|exceed_context_size_error|input is too large to process",  # llama-server
-    r"is longer than the maximum model length|maximum model length",  # vLLM
-    r"Range of input length should be",  # DashScope (Qwen)
-    r"context length|n_ctx|too long for the context|exceeds the context",  # LM Studio, Ollama
-]), re.I)
-
-
-def is_context_overflow(error: Exception) -> bool:
-    """True for a server's "context too long" refusal, whatever its exact wording; the body too, since
-    the client's message leaves out an error that is a bare string (LM Studio)."""
-    body = getattr(error, "body", None)
-    return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
 
 
 @contextmanager

@@ -29,8 +29,8 @@ def workspace(tmp_path) -> Path:
 def agent(workspace: Path, base_url: str, model: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     """`python tiny_agent.py ...` with only the live server configured."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LIVE_"))}
-    clean.update(OPENAI_BASE_URL=base_url, MODEL=model, SUMMARY_MODEL=model, CONTEXT_WINDOW="2048",
-                 PYTHONIOENCODING="utf-8", **env)
+    clean.update({"OPENAI_BASE_URL": base_url, "MODEL": model, "SUMMARY_MODEL": model, "CONTEXT_WINDOW": "2048",
+                  "PYTHONIOENCODING": "utf-8", **env})
     return subprocess.run([sys.executable, str(ROOT / "tiny_agent.py"), "--workspace", str(workspace), *args],
                           cwd=workspace, env=clean, capture_output=True, text=True, timeout=900,
                           stdin=subprocess.DEVNULL)
@@ -77,7 +77,7 @@ def test_the_summary_model_reads_a_large_middle_in_pieces_that_fit_its_window(li
     from openai import OpenAI
     sys.path.insert(0, str(ROOT / "lessons"))
     from conversations import generate_conversation
-    messages = generate_conversation(turns=20, seed=1)[1:]
+    messages = generate_conversation(turns=20, seed=1).messages[1:]
     monkeypatch.setenv("SUMMARY_CONTEXT_WINDOW", "2048")
     pieces = compact.transcript_chunks(messages, 1_000)
     assert len(pieces) > 1  # the middle is larger than one request
