@@ -901,16 +901,20 @@ def _limit_section(title: str, items: list[str]) -> list[str]:
 
 
 EARLIER = "Earlier, in one line"
-GRADED_KEEP = ("Goal", "User constraints (verbatim)", "Files changed", "Files", "Identifiers", "Errors seen",
-               "Tools run")  # what stays structured however old it is
+GRADED_KEEP = ("Goal", "User constraints (verbatim)", "Decisions", "Files changed", "Files", "Identifiers",
+               "Errors seen", "Tools run")  # what stays structured however old it is
+EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest parts go
 
 
 def grade(sections: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Seed 004: detail graded by age. What an earlier summary said of progress and decisions folds
-    into one sentence; files, errors, identifiers and the user's words stay one entry each."""
-    told = sections.get(EARLIER, []) + sections.get("Decisions", []) + sections.get("Progress", [])
-    line = "; ".join(dict.fromkeys(re.split(r"(?<=[.!?])\s", x)[0][:100] for x in told))[:600]
-    return {**{t: sections[t] for t in GRADED_KEEP if t in sections}, EARLIER: [line] if line else []}
+    """Seed 004: detail graded by age. What an earlier summary said of progress folds into one line
+    of first sentences; decisions, files, errors, identifiers and the user's words stay entries."""
+    earlier = [part for line in sections.get(EARLIER, []) for part in line.split("; ")]
+    told = [re.split(r"(?<=[.!?])\s", x)[0][:100] for x in sections.get("Progress", [])]
+    parts = list(dict.fromkeys(earlier + told))
+    while len("; ".join(parts)) > EARLIER_CHARS and len(parts) > 1:
+        parts.pop(0)  # the oldest part goes first
+    return {**{t: sections[t] for t in GRADED_KEEP if t in sections}, EARLIER: ["; ".join(parts)] if parts else []}
 
 
 def summarize_structured(messages: list[dict], focus: str | None = None, graded: bool = False) -> str:
@@ -1534,7 +1538,8 @@ class Compactor:
             tail = [latest, *tail]
         if not middle:
             return messages
-        self.archive_messages(middle, run)
+        if summarize is None:  # a tier that may be discarded archives nothing: _finish archives what left
+            self.archive_messages(middle, run)
         focus = run.focus or (content_text(latest) if latest else None)
         self.state.summary = (summarize or self.guard)(middle, focus)
         run.summarized = run.summarized or summarize is None  # the light tier calls no model
@@ -1646,10 +1651,10 @@ class Compactor:
         """The compactor's health in a line or two: when the summarizer failed, and a warning while
         summaries are degraded to extractive ones (seed 003)."""
         s, g = self.state, self.guard
-        text = f"{s.compactions} compactions, {s.tokens_saved:,} tokens saved"
+        text = f"compactions: {s.compactions}, tokens saved: {s.tokens_saved:,}"
         when = ", ".join(time.strftime("%H:%M:%S", time.localtime(t)) for t in g.failed_at[-3:])
         if g.failed_at:
-            text += f"; {len(g.failed_at)} summarizer failures, the last at {when.split(', ')[-1]} ({g.last_error})"
+            text += f"; summarizer failures: {len(g.failed_at)}, the last at {when.split(', ')[-1]} ({g.last_error})"
         if g.open:
             text += (f"\nWARNING: summaries are degraded: the summarizer failed {g.max_failures} times in a "
                      f"row (at {when}); the next {g.skip} compactions use the extractive summary")

@@ -21,10 +21,11 @@ the reasoning of stretches that called tools.) check() below is that rule, check
 is sent anywhere.
 
 How it works: drop_old_reasoning is the first rung of every policy of the ladder, and the sawtooth
-in tiny_agent.py calls it before compact_messages. It removes the reasoning of assistant messages
-before the latest user message and returns a new list (part 2 checks that against the rule
-above); the summarizer's transcript shows
-reasoning only as a short marker, because it is scratch work, not facts. SEND_REASONING=0
+in tiny_agent.py calls it before compact_messages. It follows the rule above: it removes the
+reasoning of a finished exchange (user message to user message) that called no tool, keeps the
+reasoning of every exchange that called tools, and returns a new list (part 2 checks the result
+against the rule). The summarizer's transcript shows reasoning only as a short marker, because it
+is scratch work, not facts. SEND_REASONING=0
 (tiny_agent.outgoing) strips all of it, for servers that reject the field.
 
 What changed since lesson 05: masking dropped old tool results; this rung drops old reasoning.
@@ -124,13 +125,16 @@ def main() -> None:
         print("[rule] drop_old_reasoning removed the reasoning of a turn that called tools: DeepSeek V4 refuses")
         print("[rule] that; only V3.2 ignored all reasoning before the latest user message")
 
-    show.banner("3. A longer run: 120 turns, 4 user requests")
     run = generate_thinking_conversation(120, seed=0).messages
+    quiet = [s for s in stretches(run)[:-1] if not any(run[i].get("tool_calls") for i in s)]  # finished ones
+    show.banner(f"3. A longer run: 120 turns, {len(stretches(run))} user requests")
     share = sum(text_tokens(reasoning_text(m)) for m in run) / estimate_tokens(run)
     after = drop_old_reasoning(run)
     print(f"[tokens] {len(run)} messages, ~{estimate_tokens(run):,} tokens, {share:.0%} of them reasoning; "
           f"drop_old_reasoning → ~{estimate_tokens(after):,} "
           f"({estimate_tokens(after) / estimate_tokens(run) - 1:+.0%}); DeepSeek's rule: {check(after)[:8]}")
+    print(f"[tokens] only the reasoning of the {len(quiet)} finished exchanges that called no tool went; "
+          f"the {len(stretches(run)) - len(quiet)} others keep theirs")
 
     show.banner("4. What the summarizer reads")
     for line, _ in transcript_lines(messages[1:5]):

@@ -19,11 +19,24 @@ back under the target; most compactions never reach the summarizer.
   a method that takes the messages and, from compact(), the compaction's scratch (a Pass); called
   alone, a fresh Compactor().last_resort(messages) makes its own.
 
+  Seed 001 adds a light tier below the summary: Compactor(layers=(..., "light", "summary", ...)).
+  It updates the session's rolling summary from the leaving turns with the extractive summarizer,
+  no model call, and is kept only when that alone brings the history under the target; otherwise
+  its summary is discarded and the full rebuild (the summary rung, one model call) runs:
+
+    light: rolling summary + leaving turns ──► under the target? ── yes ──► kept, no model call
+                                                                   └─ no ──► summary rung rebuilds
+
+  Compactor.stats() says how the compactor is doing: compactions, tokens saved, when the
+  summarizer failed, and a WARNING while the breaker is open and summaries are degraded.
+
 What changed since lesson 12: the layers become one policy, with a plan for every failure.
-Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1.
+Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1; set
+  LIGHT_TARGETS to (0.5, 0.12).
 Explains compact.py Part II ("The guard", "The ladder"): Compactor.compact, Compactor.steps,
-  Compactor.last_resort, Pass, SummaryGuard, check_summary, ContextOverflowError. Part 1 replays
-  the run with lessons/benchmark.py's replay and CountingSummarizer (through show.watch).
+  Compactor.last_resort, Compactor.summarize_light, Compactor.stats, Pass, SummaryGuard,
+  check_summary, ContextOverflowError. Part 1 replays the run with lessons/benchmark.py's replay
+  and CountingSummarizer (through show.watch).
 Run: python lessons/13_ladder.py
 """
 
@@ -36,6 +49,7 @@ from compact import (Compactor, ContextOverflowError, SummaryGuard, estimate_tok
 from conversations import generate_conversation
 
 WINDOW = 32_000
+LIGHT_TARGETS = (0.5, 0.1)  # part 5: a target the light tier reaches, and one it cannot
 
 
 def flaky_summarizer():
@@ -50,6 +64,15 @@ def flaky_summarizer():
             if isinstance(failure, Exception):
                 raise failure
             return failure
+        return "## Goal\n- Fix the failing login test (a stand-in for a model's summary)."
+    summarize.calls = 0
+    return summarize
+
+
+def stand_in_model():
+    """A model summarizer that answers at once and counts its calls in `.calls`."""
+    def summarize(messages, focus=None):
+        summarize.calls += 1
         return "## Goal\n- Fix the failing login test (a stand-in for a model's summary)."
     summarize.calls = 0
     return summarize
@@ -115,8 +138,35 @@ def main():
     show.sizes("last resort", messages, out)
     print(f"[last resort] no compact() and no Pass given; it kept: "
           + " · ".join("summary" if is_summary(m) else m["role"] for m in out))
+
+    show.banner("5. The light tier (seed 001): kept only if it alone reaches the target")
+    messages = generate_conversation(60, seed=3).messages
+    light_kept = 0
+    for target in LIGHT_TARGETS:
+        model = stand_in_model()
+        compactor = Compactor(context_window=40_000, reserved_output=4_000, target=target, summarize=model,
+                              layers=("reasoning", "light", "summary", "last resort"))
+        compactor.compact(messages)
+        goal = int(target * compactor.budget.effective(messages))
+        names = [name for name, *_ in compactor.report]
+        _, before, after, _ = compactor.report[names.index("light")]
+        kept = "summary" not in names  # a light tier that was not kept hands over to the summary rung
+        light_kept += kept
+        print(f"[light] target {target:.0%} = {goal:,} tok: light {before:,} → {after:,} "
+              f"{'reaches it: kept' if kept else 'is over it: discarded, the summary rung rebuilds'}; "
+              f"model calls {model.calls}; steps: {' · '.join(names)}")
+
+    show.banner("6. Compactor.stats(): failure times, and a warning while degraded")
+
+    def broken(messages, focus=None):
+        raise ConnectionError("connection reset by peer")
+    compactor = Compactor(context_window=16_000, reserved_output=2_000, summarize=broken)
+    for n in range(1, 4):  # three forced compactions, each one reaches the summary rung
+        compactor.compact(generate_conversation(20, seed=1).messages, force=True)
+        print(f"[stats] after failure {n}: " + compactor.stats().replace("\n", "\n  "))
     print(f"\n[lesson 13] done: {below} of {compactions} compactions needed no summarizer; "
-          f"{raised} of 2 overflows raised ContextOverflowError; last_resort alone: {len(out)} messages")
+          f"{raised} of 2 overflows raised ContextOverflowError; last_resort alone: {len(out)} messages; "
+          f"light tier kept {light_kept} of {len(LIGHT_TARGETS)}; breaker open: {compactor.guard.open}")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,19 @@ compacting before every assistant message (a model call) and feeding the compact
        └─────── + next messages
 
     none · window 20 (system + last 20) · mask 10 (every turn) · sawtooth 30/6 · layered · hybrid · zones
+    and every preset of compact.PRESETS (Compactor.from_seed): evo-agent · five-layer · smart-eviction ·
+    echo-agent · sawtooth-tutorial
 
 It reports tokens (summarizer calls included) and cost with prompt caching as shares of "none",
-the growth exponent, which planted facts are still in the last request, the share of the
-identifiers the agent's next tool call used that are still in what it is sent, what the reasoning
-rung saves on a thinking model's history, the compactor's overhead next to json.dumps, and the
-issue's targets as PASS/FAIL lines. Every target is a ratio measured in this run; the run's
-wall-clock time is printed, never judged.
+the growth exponent, the share of input that is a cached prefix (and, in a table of its own, how
+cache-first batching and masking before every call change it), which planted facts are still in
+the last request, the share of the identifiers the agent's next tool call used that are still in
+what it is sent, what the reasoning rung saves on a thinking model's history, the compactor's
+overhead next to json.dumps, and the issue's targets as PASS/FAIL lines. Every target is a ratio
+measured in this run; the run's wall-clock time is printed, never judged.
 
-What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once.
+What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once,
+lesson 16's presets and cache-first batching included.
 Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 ../shared/trajectories/*.jsonl --limit 20; --json | python -m json.tool; --plot tokens.png;
 --linearity (the ladder's time from 10,000 to 50,000 messages, about half a minute more);
@@ -82,19 +86,27 @@ def readme_refusal(args: argparse.Namespace) -> str | None:
 
 
 def table(rows: dict, retention: bool) -> None:
-    print(f"  {'strategy':<14} {'tokens':>7} {'peak':>6} {'growth':>6} {'late':>5} {'cache':>6} "
+    print(f"  {'strategy':<17} {'tokens':>7} {'peak':>6} {'growth':>6} {'late':>5} {'cache':>6} "
           f"{'cost':>6} {'over':>5} {'invalid':>8} {'next ids':>9}")
     for name, r in rows.items():
-        print(f"  {name:<14} {r['tokens_ratio']:>7.3f} {r['peak_ratio']:>6.3f} {r['growth']:>6.2f} "
+        print(f"  {name:<17} {r['tokens_ratio']:>7.3f} {r['peak_ratio']:>6.3f} {r['growth']:>6.2f} "
               f"{r['late_growth']:>5.2f} {r['cache_hit']:>6.0%} {r['cost_ratio']:>6.3f} {r['over_window']:>5} "
               f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4} {pct1(r['next_ids']):>9}")
     if retention:
-        print(f"\n  {'kept at the end':<14} {'recall':>7} {'artifact':>9} {'continue':>9} {'decision':>9} │ "
+        print(f"\n  {'kept at the end':<17} {'recall':>7} {'artifact':>9} {'continue':>9} {'decision':>9} │ "
               f"{'constraints':>11} {'errors':>7}")
         for name, r in rows.items():
             k = r["retention"]
-            print(f"  {name:<14} {pct(k['recall']):>7} {pct(k['artifact']):>9} {pct(k['continuation']):>9} "
+            print(f"  {name:<17} {pct(k['recall']):>7} {pct(k['artifact']):>9} {pct(k['continuation']):>9} "
                   f"{pct(k['decision']):>9} │ {pct(k['constraints']):>11} {pct(k['errors']):>7}")
+
+
+def cache_table(rows: dict) -> None:
+    print(f"  {'strategy':<36} {'cache hit':>9} {'cost':>6} {'tokens':>7} {'next ids':>9} {'summaries':>9} "
+          f"{'invalid':>8}")
+    for name, r in rows.items():
+        print(f"  {name:<36} {r['cache_hit']:>9.1%} {r['cost_ratio']:>6.3f} {r['tokens_ratio']:>7.3f} "
+              f"{pct1(r['next_ids']):>9} {r['summaries']:>9} {r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4}")
 
 
 def plot(series: dict, window: int, path: str) -> None:
@@ -158,6 +170,20 @@ def main(argv=None) -> None:
           "  cached; over: requests larger than the window; invalid: lists OpenAI/Anthropic would refuse;\n"
           "  next ids: of the identifiers each real next tool call used that appeared earlier in the run,\n"
           "  the share still in the request the model was sent")
+
+    cache = results["cache"]
+    show.banner(f"Cache first: the layered ladder on the {cache['conversations']} generated runs of "
+                f"{cache['turns']} turns, shares of none")
+    cache_table(cache["strategies"])
+    if "recorded_cache" in results:
+        show.banner(f"Cache first on all {sum(g['conversations'] for g in results['recorded'].values())} recorded "
+                    f"runs, window {results['recorded_cache']['window']:,}")
+        cache_table(results["recorded_cache"]["strategies"])
+    print("\n  cache hit: share of the input tokens that repeat the previous request's prefix; cost: with that\n"
+          f"  prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N: Compactor(cache_min_tokens=N),\n"
+          "  the prefix-changing steps as one batch kept only when it frees N tokens; mask every call:\n"
+          "  Compactor(mask_every_call=True), old results masked before every call, not only at the trigger")
+    print("\n" + "\n".join(benchmark.cache_lines(cache)[-1:]))
 
     longest = max(results["generated"], key=int)
     rows = results["generated"][longest]["strategies"]

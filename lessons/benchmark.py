@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compact import (IDENTIFIER, SUMMARY_PROMPT, Compactor, ContextOverflowError, compact_messages,
+from compact import (IDENTIFIER, LAYERS, PRESETS, SUMMARY_PROMPT, Compactor, ContextOverflowError, compact_messages,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
                      mask_old_tool_results, message_tokens, reasoning_text, summarize_offline,
                      summarize_structured, summary_body, summary_request, text_tokens, transcript_chunks)
@@ -69,6 +69,12 @@ class CountingSummarizer:
     def open(self) -> bool:
         """When it wraps a Compactor's SummaryGuard: is the guard's breaker open?"""
         return bool(getattr(self.summarize, "open", False))
+
+    @property
+    def offline(self) -> Callable:
+        """When it wraps a Compactor's SummaryGuard: the guard's extractive summarizer, which the
+        light tier (seed 001) calls directly; it calls no model, so it is not counted."""
+        return getattr(self.summarize, "offline", None) or summarize_structured
 
 
 def model_requests(messages: list[dict], focus: str | None, answer: str) -> list[list[dict]]:
@@ -117,24 +123,46 @@ def sliding_window(history: list[dict], last: int) -> list[dict]:
     return [*head, *history[start:]]
 
 
-def ladder(policy: str, window: int, name: str | None = None, skip: tuple[str, ...] = ()) -> Strategy:
+def ladder(policy: str, window: int, name: str | None = None, skip: tuple[str, ...] = (),
+           **settings) -> Strategy:
     """A Compactor policy at `window` (a quarter reserved for the answer), its summaries counted;
-    `skip` names rungs left out (compact(only=...) runs the others)."""
+    `skip` names rungs left out (the Compactor's `layers` are the policy's others, in order);
+    `settings` go to Compactor."""
+    layers = tuple(step for step in LAYERS[policy] if step not in skip) if skip else ()
+    return compactor_strategy(name or policy, lambda: Compactor(
+        context_window=window, reserved_output=window // 4, policy=policy, summarize=LADDER_SUMMARIZE,
+        layers=layers, **settings))
+
+
+def preset(name: str, window: int) -> Strategy:
+    """compact.PRESETS[name] at `window` (a quarter reserved), built by Compactor.from_seed with the
+    ladder's summarizer, its summaries counted like the ladder's. Offline, the summary is the preset's
+    own extractive one (graded for sawtooth-tutorial), as the agent's guard would call it."""
+    def make():
+        compactor = Compactor.from_seed(name, context_window=window, reserved_output=window // 4,
+                                        summarize=LADDER_SUMMARIZE)
+        if LADDER_SUMMARIZE is not None:  # the offline structured summarizer, with the preset's grading
+            compactor.guard.summarize = compactor.guard.offline
+        return compactor
+    return compactor_strategy(name, make)
+
+
+def compactor_strategy(name: str, make: Callable[[], Compactor]) -> Strategy:
+    """A Strategy around the Compactor `make()` builds, counted(); zones admit tool results."""
     def start(summarizer):
-        compactor = counted(Compactor(context_window=window, reserved_output=window // 4, policy=policy,
-                                      summarize=LADDER_SUMMARIZE), summarizer)
-        only = tuple(step for step, _, _ in compactor.steps() if step not in skip) if skip else None
+        compactor = counted(make(), summarizer)
 
         def compact(history):
-            return compactor.compact(history, only=only)
+            return compactor.compact(history)
         compact.compactor = compactor  # for a reader who wants its report or state
-        return compact, compactor.admit_tool_result if policy == "zones" else None
-    return Strategy(name or policy, start)
+        return compact, compactor.admit_tool_result if compactor.policy == "zones" else None
+    return Strategy(name, start)
 
 
 def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: int = 30,
                keep_recent: int = 6) -> list[Strategy]:
-    """The seven strategies of the benchmark, with the parameters the issue names."""
+    """The strategies of the benchmark, with the parameters the issue names, then every preset of
+    compact.PRESETS (issue 16)."""
     return [
         Strategy("none", lambda s: (lambda h: h, None), from_compact_py=False, uses_window=False),
         Strategy(f"window {last}", lambda s: (lambda h: sliding_window(h, last), None), feeds_back=False,
@@ -147,6 +175,24 @@ def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: in
         ladder("layered", window),
         ladder("hybrid", window),
         ladder("zones", window),
+        *(preset(name, window) for name in PRESETS),
+    ]
+
+
+CACHE_MIN_TOKENS = (2_000, 8_000)  # cache first: a batch is kept only when it frees this many tokens
+
+
+def cache_strategies(window: int, last: int = 20) -> list[Strategy]:
+    """Issue 16.2: the layered ladder as it is (masking at the trigger, each prefix-changing step on
+    its own), with cache-first batching at each of CACHE_MIN_TOKENS, and masking before every call
+    (seed 000's MicroCompact) without and with batching."""
+    return [
+        Strategy("none", lambda s: (lambda h: h, None), from_compact_py=False, uses_window=False),
+        ladder("layered", window),
+        *(ladder("layered", window, f"cache-first {n:,}", cache_min_tokens=n) for n in CACHE_MIN_TOKENS),
+        ladder("layered", window, "mask every call", mask_every_call=True),
+        ladder("layered", window, f"mask every call, cache-first {CACHE_MIN_TOKENS[0]:,}", mask_every_call=True,
+               cache_min_tokens=CACHE_MIN_TOKENS[0]),
     ]
 
 
@@ -390,32 +436,86 @@ def summarize_runs(runs_by_strategy: dict[str, list[Run]], facts_by_conversation
 
 def replay_all(conversations: list[list[dict]], window: int, last: int = 20, make: Callable = None,
                facts: list | None = None, earlier: dict[str, list[Run]] | None = None) -> dict[str, list[Run]]:
-    """Every conversation through every strategy `make(window, last)` lists (by default the seven).
-    `earlier`: the runs of the same conversations at another window; a strategy that does not use
-    the window is not replayed again, only its requests over this window are counted anew."""
+    """Every conversation through every strategy `make(window, last)` lists (by default
+    `strategies`). `earlier`: the runs of the same conversations at another window; a strategy that
+    does not use the window is not replayed again, only its requests over this window are counted anew."""
+    listed = (make or strategies)(window, last)
+    names = [strategy.name for strategy in listed]
+    again = [s.name for s in listed if not (earlier and not s.uses_window and s.name in earlier)]
+    replayed = in_parallel(_replay_conversation, [(messages, window, last, make, facts[i] if facts else (), again)
+                                                  for i, messages in enumerate(conversations)])
     runs: dict[str, list[Run]] = {}
-    for i, messages in enumerate(conversations):
-        for strategy in (make or strategies)(window, last):
-            if earlier and not strategy.uses_window and strategy.name in earlier:
-                run = copy.deepcopy(earlier[strategy.name][i])
-                run.over_window = sum(tokens > window for tokens in run.per_turn)
+    for i, fresh in enumerate(replayed):
+        for name in names:
+            if name in fresh:
+                run = fresh[name]
             else:
-                run = replay(messages, strategy, window, facts[i] if facts else ())
-            runs.setdefault(strategy.name, []).append(run)
+                run = copy.deepcopy(earlier[name][i])
+                run.over_window = sum(tokens > window for tokens in run.per_turn)
+            runs.setdefault(name, []).append(run)
     return runs
+
+
+def _replay_conversation(messages, window, last, make, facts, names) -> dict[str, Run]:
+    """One conversation through the strategies named (fresh strategies: a replay starts empty)."""
+    return {s.name: replay(messages, s, window, facts) for s in (make or strategies)(window, last) if s.name in names}
+
+
+# The replays are independent, so they run in worker processes, one conversation a task. Forked
+# workers inherit the arguments (strategies are closures, which cannot be pickled); only the Runs
+# come back. BENCHMARK_JOBS=1 replays in this process; the results are the same either way.
+JOBS = int(os.environ.get("BENCHMARK_JOBS") or os.cpu_count() or 1)
+_TASKS: list = []
+
+
+def _task(i: int):
+    fn, args = _TASKS[i]
+    return fn(*args)
+
+
+def in_parallel(fn: Callable, tasks: list[tuple]) -> list:
+    """[fn(*task) for task in tasks], in JOBS forked workers when there are several."""
+    import multiprocessing
+    if JOBS <= 1 or len(tasks) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(*task) for task in tasks]
+    _TASKS[:] = [(fn, task) for task in tasks]
+    try:
+        with multiprocessing.get_context("fork").Pool(min(JOBS, len(tasks))) as pool:
+            return pool.map(_task, range(len(tasks)), chunksize=1)
+    finally:
+        _TASKS.clear()
 
 
 def compare(conversations: list[tuple[list[dict], list]], window: int, cached_rate: float = 0.1,
             last: int = 20, make: Callable = None) -> tuple[dict[str, dict], dict[str, list[int]]]:
     """Replay every conversation through every strategy. Returns the rows and, for the chart,
     each strategy's tokens per turn on the first conversation."""
+    rows, series, _ = compare_runs(conversations, window, cached_rate, last, make)
+    return rows, series
+
+
+def compare_runs(conversations: list[tuple[list[dict], list]], window: int, cached_rate: float = 0.1,
+                 last: int = 20, make: Callable = None) -> tuple[dict[str, dict], dict[str, list[int]], dict]:
+    """compare, and the runs themselves (by strategy) for a table that reuses some of them."""
     facts = [facts for _, facts in conversations]
     runs = replay_all([messages for messages, _ in conversations], window, last, make, facts)
     series = {name: rs[0].per_turn for name, rs in runs.items()}
     rows = summarize_runs(runs, facts if all(facts) else [], cached_rate)
     for strategy in (make or strategies)(window, last):
         rows[strategy.name]["from_compact_py"] = strategy.from_compact_py
-    return rows, series
+    return rows, series, runs
+
+
+def cache_rows(conversations: list[list[dict]], runs: dict[str, list[Run]], window: int, cached_rate: float,
+               last: int = 20, facts: list | None = None) -> dict[str, dict]:
+    """Issue 16.2's table: "none" and "layered" as already replayed (`runs`, the same conversations
+    at the same window), then every variant of cache_strategies."""
+    merged = {name: runs[name] for name in ("none", "layered")}
+    merged.update(replay_all(conversations, window, last, cache_strategies, facts))
+    rows = summarize_runs(merged, facts if facts and all(facts) else [], cached_rate)
+    for name, row in rows.items():
+        row["from_compact_py"] = name != "none"
+    return rows
 
 
 def recorded_rows(files: dict[str, list[list[dict]]], window: int, cached_rate: float, last: int,
@@ -449,9 +549,12 @@ def run_benchmark(turns=(50, 100, 250), seeds=(0, 1, 2), window: int = 32_000, c
     longest = None
     for n in sorted(turns):
         made = [generate_conversation(n, seed) for seed in seeds]
-        rows, series = compare([(c.messages, c.facts) for c in made], window, cached_rate, last)
+        rows, series, runs = compare_runs([(c.messages, c.facts) for c in made], window, cached_rate, last)
         results["generated"][str(n)] = {"conversations": len(made), "strategies": rows}
         results["series"], longest = series, made[0].messages
+    results["cache"] = {"turns": n, "conversations": len(made),
+                        "strategies": cache_rows([c.messages for c in made], runs, window, cached_rate, last,
+                                                 [c.facts for c in made])}
     thinking = [generate_thinking_conversation(thinking_turns, seed).messages for seed in seeds]
     rows, _ = compare([(m, []) for m in thinking], window, cached_rate, last, reasoning_strategies)
     results["reasoning"] = {"turns": thinking_turns, "conversations": len(thinking),
@@ -461,7 +564,7 @@ def run_benchmark(turns=(50, 100, 250), seeds=(0, 1, 2), window: int = 32_000, c
                             # what the rung removes from the whole finished conversations: its upper bound
                             "removable_share": 1 - sum(estimate_tokens(drop_old_reasoning(c)) for c in thinking)
                             / sum(estimate_tokens(c) for c in thinking)}
-    results.update(run_recorded(trajectories, (recorded_window, window), cached_rate, last, limit))
+    results.update(run_recorded(trajectories, (recorded_window, window), cached_rate, last, limit, cache=True))
     if timing:
         lengths = [n for n in (50, 150, 300) if n < len(longest)] + [len(longest)]
         results["overhead"] = overhead(longest, lengths)
@@ -471,8 +574,9 @@ def run_benchmark(turns=(50, 100, 250), seeds=(0, 1, 2), window: int = 32_000, c
 
 
 def run_recorded(trajectories, windows=(16_000, 32_000), cached_rate: float = 0.1, last: int = 20,
-                 limit: int | None = None) -> dict:
-    """The recorded runs of every file at every window: {"recorded": by file, "recorded_pooled": by window}."""
+                 limit: int | None = None, cache: bool = False) -> dict:
+    """The recorded runs of every file at every window: {"recorded": by file, "recorded_pooled": by
+    window}; with `cache`, also "recorded_cache": issue 16.2's table at the first of `windows`, pooled."""
     files = {str(path): load_trajectories(path)[:limit] for path in trajectories}
     out: dict = {"recorded": {}, "recorded_pooled": {}}
     earlier: dict = {}
@@ -482,6 +586,10 @@ def run_recorded(trajectories, windows=(16_000, 32_000), cached_rate: float = 0.
         for path, rows in by_file.items():
             out["recorded"].setdefault(path, {"conversations": len(files[path]), "windows": {}})
             out["recorded"][path]["windows"][str(w)] = rows
+        if cache and w == windows[0]:
+            conversations = [c for path in files for c in files[path]]
+            runs = {name: [run for path in files for run in earlier[path][name]] for name in ("none", "layered")}
+            out["recorded_cache"] = {"window": w, "strategies": cache_rows(conversations, runs, w, cached_rate, last)}
     return out
 
 
@@ -521,8 +629,10 @@ def check_targets(results: dict) -> list[tuple[bool | None, str]]:
         worst = max(row["below_trigger"] for row in results["overhead"])
         targets.append((worst <= 0.5, f"below its trigger, layered compact costs at most 0.5× json.dumps: "
                                       f"at most {worst:.2f}×"))
-    for label, groups in (("generated", [g["strategies"] for g in results["generated"].values()]),
-                          ("recorded", [w for f in results["recorded"].values() for w in f["windows"].values()])):
+    cache = {k: [results[k]["strategies"]] if k in results else [] for k in ("cache", "recorded_cache")}
+    for label, groups in (("generated", [g["strategies"] for g in results["generated"].values()] + cache["cache"]),
+                          ("recorded", [w for f in results["recorded"].values() for w in f["windows"].values()]
+                           + cache["recorded_cache"])):
         if not groups:
             targets.append((None, f"no invalid list on {label} conversations: not run (pass --trajectories)"))
             continue
@@ -585,7 +695,8 @@ def readme_blocks(results: dict) -> dict[str, str]:
         f"({', '.join(map(str, results['turns']))} turns, {len(results['seeds'])} seeds, a "
         f"{results['window'] // 1000}k window) through every strategy in one run, with the offline "
         "summarizers the agent uses: `summarize_offline` for the sawtooth, `summarize_structured` for the "
-        "ladder (their requests and answers are counted as a model would bill them). At "
+        "ladder and for the presets of `compact.PRESETS` (built by `Compactor.from_seed`; their requests and "
+        "answers are counted as a model would bill them). At "
         f"{turns} turns, as shares of no compaction:", "",
         "| strategy | tokens sent | cost with caching | next-step identifiers kept | files kept | decisions kept "
         "| errors kept | constraints kept |",
@@ -620,6 +731,7 @@ def readme_blocks(results: dict) -> dict[str, str]:
               "refuses a request that drops the reasoning of a tool-calling exchange): applied to the whole "
               f"finished runs it would remove {thinking['removable_share']:.1%} of their tokens, and it runs only "
               "once the history passes the trigger."]
+    lines += ["", *cache_lines(results["cache"])]
     lines += ["", "The run also prints the compactor's overhead next to `json.dumps`, its own wall-clock time, "
               "and with `--linearity` how the layered compactor's time grows from 10,000 to 50,000 messages; "
               "those are timings of the machine it runs on, so they are printed, not written here."]
@@ -627,6 +739,42 @@ def readme_blocks(results: dict) -> dict[str, str]:
     if results["recorded_pooled"] and not results.get("limit"):
         blocks["recorded"] = recorded_block(results)
     return blocks
+
+
+def cache_lines(cache: dict) -> list[str]:
+    """Issue 16.2 in the README: the cache-first table, and what it shows, in words from the figures."""
+    rows = cache["strategies"]
+    lines = [f"Cache first (issue 16.2): the layered ladder as it is (masking at the trigger, each step on its own), "
+             "with cache-first batching (`Compactor(cache_min_tokens=N)`: mask, snip, clear, dedupe and shorten "
+             "run as one batch, kept only when it frees at least N tokens), and with masking before every call "
+             f"(`mask_every_call=True`, seed 000's MicroCompact), on the same {cache['conversations']} runs of "
+             f"{cache['turns']} turns. Cache hit: the share of input tokens that repeat the previous request's "
+             "prefix (what a provider's prompt cache has already seen); cost with caching as a share of no "
+             "compaction:", "",
+             "| strategy | cache hit | cost with caching | tokens sent | next-step identifiers kept | summaries |",
+             "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {r['cache_hit']:.1%} | {r['cost_ratio']:.1%} | {r['tokens_ratio']:.1%} | "
+                     f"{pct1(r['next_ids'])} | {r['summaries']} |")
+    hit = {name: r["cache_hit"] for name, r in rows.items()}
+    first = [f"{hit[n]:.1%} at {n.split()[-1]}" for n in rows if n.startswith("cache-first")]
+    masked = [n for n in rows if n.startswith("mask every call,")]
+    bad = sum(sum(r["invalid"].values()) for r in rows.values() if r["from_compact_py"])
+    lines += ["", f"Batching {compared(hit['layered'], [hit[n] for n in rows if n.startswith('cache-first')])} the "
+              f"ladder's cache-hit share ({hit['layered']:.1%} without, {', '.join(first)} tokens); masking before "
+              f"every call {compared(hit['layered'], [hit['mask every call']])} it ({hit['mask every call']:.1%}), "
+              f"and batching that masking {compared(hit['mask every call'], [hit[n] for n in masked])} it again "
+              f"({', '.join(f'{hit[n]:.1%}' for n in masked)}). Invalid lists from these strategies: {bad}."]
+    return lines
+
+
+def compared(before: float, after: list[float]) -> str:
+    """How the shares `after` compare with `before`, in words."""
+    if all(a > before for a in after):
+        return "raises"
+    if all(a < before for a in after):
+        return "lowers"
+    return "leaves unchanged" if all(a == before for a in after) else "does not consistently change"
 
 
 def recorded_block(results: dict) -> str:

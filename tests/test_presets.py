@@ -134,7 +134,7 @@ def test_stats_time_the_failures_and_warn_while_summaries_are_degraded():
     for _ in range(3):
         messages = c.compact([*messages, *grow(4, size=60), user("Go on.")], force=True)
     stats = c.stats()
-    assert "3 summarizer failures, the last at" in stats and "model down" in stats
+    assert "summarizer failures: 3, the last at" in stats and "model down" in stats
     assert "WARNING: summaries are degraded" in stats
 
 
@@ -145,7 +145,8 @@ def test_the_graded_rolling_summary_keeps_the_oldest_progress_in_one_line():
         "t", "bash", "FAILED tests/test_auth.py::test_expiry", command="pytest")]
     graded = compact.parse_summary(summarize_structured(later, graded=True))
     flat = compact.parse_summary(summarize_structured(later))
-    assert graded[compact.EARLIER] == ["Decided: compare with <= instead of <.; I read auth.py."]
+    assert graded[compact.EARLIER] == ["I read auth.py.; Decided: compare with <= instead of <."]  # first sentences
+    assert graded["Decisions"] == ["Decided: compare with <= instead of <."]  # decisions stay entries
     assert graded["Progress"] == ["Now running the tests."]
     assert "I read auth.py. The token check is wrong." in flat["Progress"]  # one level of detail
 
