@@ -877,7 +877,7 @@ def fail(message: str) -> int:
 # --------------------------------------------------------------------------------------------
 
 DEMO_TASK = "Survey this project's Python files: lines, functions, longest function, TODOs. Write REPORT.md."
-DEMO_WINDOW, DEMO_ITERATIONS = 24_000, 100
+DEMO_WINDOW, DEMO_ITERATIONS = 40_000, 100
 
 
 @dataclass
