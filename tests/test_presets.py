@@ -178,7 +178,7 @@ def test_the_light_tier_reuses_the_rolling_summary_without_a_model_call_when_tha
 
 
 def test_the_agent_runs_a_preset_from_the_command_line(capsys):
-    assert tiny_agent.main(["--preset", "echo-agent", "--max-iterations", "12"]) == 0
+    assert tiny_agent.main(["--preset", "echo-agent", "--max-iterations", "20"]) == 0
     out = capsys.readouterr().out
     assert "(layered)" in out and "[compact]" in out
     with pytest.raises(SystemExit):
