@@ -466,17 +466,6 @@ def is_context_overflow(error: Exception) -> bool:
     return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
 
 
-# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
-COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
-                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens")
-
-
-def refused_size(error: Exception) -> int | None:
-    """How many tokens the server said the refused request had, or None."""
-    match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
-    return int(next(g for g in match.groups() if g)) if match else None
-
-
 def summarize_with_model(messages: list[dict], focus: str | None = None, *, client=None,
                          model: str | None = None, window: int | None = None) -> str:
     """The cheap model, no tools, temperature 0.1. A middle larger than its window is read in pieces,

@@ -33,7 +33,7 @@ from typing import Callable
 # Part I of compact.py: the sawtooth. A fork that keeps only the sawtooth keeps this import...
 from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, ContextOverflowError, compact_messages, content_text,
                      drop_old_reasoning, estimate_tokens, is_context_overflow, is_summary, leaving, make_client,
-                     model_configured, refused_size, snip_text, summarize_default, system_head)
+                     model_configured, snip_text, summarize_default, system_head)
 # ...and deletes every line that ends in "# ladder", this import first (tests/test_fork.py does it).
 from compact import POLICIES, PRESETS, Archive, CompactState, Compactor, pins_text  # ladder
 
@@ -206,6 +206,17 @@ def cut_newest_outputs(messages: list[dict], max_chars: int = 2_000) -> list[dic
 def first_line(error: Exception, width: int = 160) -> str:
     text = " ".join(str(error).split())
     return text[:width] + ("…" if len(text) > width else "")
+
+
+# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
+COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
+                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens")
+
+
+def refused_size(error: Exception) -> int | None:
+    """How many tokens the server said the refused request had, or None."""
+    match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+    return int(next(g for g in match.groups() if g)) if match else None
 
 
 def outgoing(messages: list[dict], send_reasoning: bool = True) -> list[dict]:

@@ -65,3 +65,11 @@ def test_the_forkers_copy_runs_the_demo(tmp_path):
     helped = subprocess.run([sys.executable, "tiny_agent.py", "--help"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=60)
     assert "{sawtooth,none}" in helped.stdout
+
+
+def test_the_readme_says_where_part_one_ends():
+    import re
+    stated = re.search(r"banner `Part II · The ladder`, line (\d+)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    lines = (ROOT / "compact.py").read_text(encoding="utf-8").split("\n")
+    actual = next(n for n, line in enumerate(lines, 1) if line.startswith(PART_II))
+    assert stated and int(stated[1]) == actual, f"README says line {stated and stated[1]}, compact.py has {actual}"
