@@ -820,6 +820,8 @@ def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
     return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
 
 
+LADDER_IDENTIFIER_LIMIT = 150  # the ladder summarizes less often than the sawtooth, so its summary may
+# keep more: 98% of the identifiers the next step uses on the recorded runs, at 16k (lesson 15)
 SECTIONS = ("Goal", "Earlier, in one line", "User constraints (verbatim)", "Decisions", "Files changed", "Files", "Identifiers",
             "Errors seen", "Tools run", "Progress", "Next step", "Relevant to the focus")
 SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Decisions": 10, "Files changed": 30, "Files": 12, "Errors seen": 40, "Progress": 3,
@@ -846,7 +848,7 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
         "Files changed": changed,
         "Files": [f"{p} (read)" for p in read if p not in changed]
                  + [f"{p} (in output)" for p in dict.fromkeys(seen) if p not in read + changed],
-        "Identifiers": identifiers(texts),
+        "Identifiers": identifiers(texts, LADDER_IDENTIFIER_LIMIT),
         "Errors seen": list({error_kind(e): e for e in errors}.values()),
         "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
         "Progress": [text[:300] for text in said],
@@ -882,7 +884,7 @@ def _limit_section(title: str, items: list[str]) -> list[str]:
     if title == "Errors seen":
         items = list({error_kind(e): e for e in items}.values())
     if title == "Identifiers":
-        return [", ".join(list(dict.fromkeys(items))[:IDENTIFIER_LIMIT])] if items else []
+        return [", ".join(list(dict.fromkeys(items))[:LADDER_IDENTIFIER_LIMIT])] if items else []
     limit = SECTION_LIMITS.get(title)
     if limit and title in ("Goal", "Errors seen") and len(items) > limit:
         return items[:4] + items[4 - limit:]

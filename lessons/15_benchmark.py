@@ -29,7 +29,8 @@ Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 ../shared/trajectories/*.jsonl --limit 20; --json | python -m json.tool; --plot tokens.png;
 --linearity (the ladder's time from 10,000 to 50,000 messages, about half a minute more);
 --readme (rewrites the figures of README.md's "## Measured" section from this run).
-Explains compact.py: Compactor, compact_messages, drop_old_reasoning, IDENTIFIER (all sections).
+Explains compact.py: Compactor, compact_messages, drop_old_reasoning, IDENTIFIER (all sections);
+PRESETS, Compactor.from_seed, cache_min_tokens, mask_every_call (Part II).
 Run: python lessons/15_benchmark.py
 """
 
@@ -106,7 +107,8 @@ def cache_table(rows: dict) -> None:
           f"{'invalid':>8}")
     for name, r in rows.items():
         print(f"  {name:<36} {r['cache_hit']:>9.1%} {r['cost_ratio']:>6.3f} {r['tokens_ratio']:>7.3f} "
-              f"{pct1(r['next_ids']):>9} {r['summaries']:>9} {r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4}")
+              f"{pct1(r['next_ids']):>9} {r['summaries']:>9} "
+              f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4}")
 
 
 def plot(series: dict, window: int, path: str) -> None:
@@ -135,6 +137,7 @@ def main(argv=None) -> None:
     if args.model and compact.model_configured():
         benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_default, None
         benchmark.SUMMARY_WINDOW = compact.summary_window()
+        benchmark.JOBS = 1  # model calls from forked workers would share the parent's connections
     else:  # offline by default, or zones would also call a model for every big tool output
         for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
             os.environ.pop(name, None)
@@ -175,15 +178,17 @@ def main(argv=None) -> None:
     show.banner(f"Cache first: the layered ladder on the {cache['conversations']} generated runs of "
                 f"{cache['turns']} turns, shares of none")
     cache_table(cache["strategies"])
+    print(f"[cache first] {benchmark.cache_verdict(cache['strategies'])}")
     if "recorded_cache" in results:
         show.banner(f"Cache first on all {sum(g['conversations'] for g in results['recorded'].values())} recorded "
                     f"runs, window {results['recorded_cache']['window']:,}")
         cache_table(results["recorded_cache"]["strategies"])
-    print("\n  cache hit: share of the input tokens that repeat the previous request's prefix; cost: with that\n"
-          f"  prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N: Compactor(cache_min_tokens=N),\n"
-          "  the prefix-changing steps as one batch kept only when it frees N tokens; mask every call:\n"
-          "  Compactor(mask_every_call=True), old results masked before every call, not only at the trigger")
-    print("\n" + "\n".join(benchmark.cache_lines(cache)[-1:]))
+        print(f"[cache first] {benchmark.cache_verdict(results['recorded_cache']['strategies'])}")
+    print("\n  cache hit: share of the input tokens that repeat the previous request's prefix; cost: with\n"
+          f"  that prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N:\n"
+          "  Compactor(cache_min_tokens=N), the prefix-changing steps as one batch kept only when it frees\n"
+          "  N tokens; mask every call: Compactor(mask_every_call=True), old results masked before every\n"
+          "  call, not only at the trigger")
 
     longest = max(results["generated"], key=int)
     rows = results["generated"][longest]["strategies"]
