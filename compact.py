@@ -1402,7 +1402,7 @@ class Compactor:
         """Return a list that fits, or `messages` itself when nothing needs to change. `used` is the
         whole request's size when the server counted it; `only` names the steps to run."""
         check_messages(messages)
-        run, budget = Pass(focus, force, inputs={id(m) for m in messages}), self.budget
+        run, budget = Pass(focus, force), self.budget
         self.state.report = []
         size = budget.history(messages)
         if used is not None:  # the server's count, less what is not history, calibrates our estimates
@@ -1411,7 +1411,7 @@ class Compactor:
         start = self.lossless_at if self.policy == "zones" else self.trigger
         if not force and (size <= start * budget.effective(messages) or size <= self.state.floor):
             return self.premask(messages, run) if self.mask_every_call else messages
-        out = messages
+        run.inputs, out = {id(m) for m in messages}, messages
         for name, step, lossy in self.steps():
             if only is not None:  # the caller named the steps: they run whatever the target says
                 if name in only:
