@@ -32,8 +32,8 @@ from typing import Callable
 
 # Part I of compact.py: the sawtooth. A fork that keeps only the sawtooth keeps this import...
 from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, ContextOverflowError, compact_messages, content_text,
-                     drop_old_reasoning, estimate_tokens, is_context_overflow, is_summary, leaving, make_client,
-                     model_configured, snip_text, summarize_default, system_head)
+                     check_messages, drop_old_reasoning, estimate_tokens, is_context_overflow, is_summary, leaving,
+                     make_client, model_configured, snip_text, summarize_default, system_head)
 # ...and deletes every line that ends in "# ladder", this import first (tests/test_fork.py does it).
 from compact import POLICIES, PRESETS, Archive, CompactState, Compactor, pins_text  # ladder
 
@@ -66,39 +66,51 @@ class Session:
 def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) -> str:
     """The tutorial's loop: compact, ask, append, run the calls, repeat."""
     session.messages.append({"role": "user", "content": task})
-    for _ in range(session.config.max_iterations):
-        compact_now(session, log=log)
-        reply = ask(session, model, log)
-        session.messages.append(reply)
-        if not reply.get("tool_calls"):
-            return content_text(reply)
-        focus = run_calls(session, reply["tool_calls"], ws, log)
-        if focus is not None:
-            compact_now(session, focus=focus, force=1, log=log)
+    try:
+        for _ in range(session.config.max_iterations):
+            compact_now(session, log=log)
+            reply = ask(session, model, log)
+            session.messages.append(reply)
+            if not reply.get("tool_calls"):
+                return content_text(reply)
+            focus = run_calls(session, reply["tool_calls"], ws, log)
+            if focus is not None:
+                compact_now(session, focus=focus, force=1, log=log)
+    except KeyboardInterrupt:
+        answer_open_calls(session.messages)  # Ctrl-C: the history stays valid for the next question
+        raise
     return f"stopped after {session.config.max_iterations} iterations without a final answer"
 
 
 def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> str | None:
-    """Run each call and append its result; return the focus when the model asked to compact.
-    On Ctrl-C the calls not yet answered get a result that says so, and the history stays valid."""
+    """Run each call and append its result; return the focus when the model asked to compact."""
     focus = None
-    for n, call in enumerate(calls):
+    for call in calls:
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         log(f"[tool] {name} {arguments[:70]}")
-        try:
-            if name == "compact":
-                focus, result = requested_focus(arguments), "compaction will run now"
-            else:
-                result = run_tool(ws, name, arguments, session.archive)
-                result = session.admit(call, result) if session.admit else result
-        except KeyboardInterrupt:
-            session.messages += [{"role": "tool", "tool_call_id": c["id"], "content": INTERRUPTED} for c in calls[n:]]
-            raise
+        if name == "compact":
+            focus, result = requested_focus(arguments), "compaction will run now"
+        else:
+            result = run_tool(ws, name, arguments, session.archive)
+            result = session.admit(call, result) if session.admit else result
         session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
     return focus
 
 
 INTERRUPTED = "[interrupted by the user before this call finished]"
+
+
+def answer_open_calls(messages: list[dict]) -> None:
+    """After an interruption, every call of the last assistant message gets a result: the ones not
+    run say so."""
+    i = len(messages) - 1
+    while i >= 0 and messages[i].get("role") == "tool":
+        i -= 1
+    if i < 0 or messages[i].get("role") != "assistant":
+        return
+    answered = {m.get("tool_call_id") for m in messages[i + 1:]}
+    messages += [{"role": "tool", "tool_call_id": c["id"], "content": INTERRUPTED}
+                 for c in messages[i].get("tool_calls") or [] if c["id"] not in answered]
 
 
 def compact_now(session: Session, focus: str | None = None, force: int = 0, log=print) -> None:
@@ -688,16 +700,18 @@ def resume_session(session: Session, folder: Path) -> None:
         raise ConfigError(f"no saved session in {folder}; run without --resume first")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        messages, state = data["messages"], data.get("state")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-            raise ValueError("messages")
+        messages, state, archive = data["messages"], data.get("state"), data.get("archive")
+        check_messages(messages)  # a list of dicts, each with a role a server knows
+        state = CompactState(**state) if state else None  # ladder
+        archive = Path(archive) if archive else None
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise ConfigError(f"{path} is damaged and was left untouched; move it away to start afresh") from None
     session.messages = messages
     if session.compactor is not None and state and data.get("strategy") == session.config.strategy:
-        session.compactor.state = CompactState(**state)
-    if data.get("archive") and session.archive is not None:
-        session.archive.path = Path(data["archive"])
+        session.compactor.state = state
+    # the tools may write in the workspace: an archive is only ever appended to inside the agent's folder
+    if archive and session.archive is not None and archive.parent == session.archive.path.parent:
+        session.archive.path = archive
 
 
 # --------------------------------------------------------------------------------------------
@@ -728,7 +742,10 @@ def repl(session: Session, model: Callable, ws: Workspace, folder: Path | None =
         if not line:
             continue
         if line.startswith("/"):
-            if command(session, line, ws) == "exit":
+            done = command(session, line, ws) == "exit"
+            if folder is not None and len(session.messages) > 1:
+                save_session(session, folder)  # /compact and /strategy last too
+            if done:
                 return
             continue
         turn(session, line, model, ws)
@@ -755,9 +772,9 @@ def command(session: Session, line: str, ws: Workspace) -> str | None:
     if name == "/context":
         print(context_meter(session))
     elif name == "/compact":
-        before = len(session.messages)
+        before = session.messages
         compact_now(session, focus=rest.strip() or None, force=1)
-        if len(session.messages) == before:
+        if session.messages is before:
             print("[compact] nothing to compact yet")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
         config = replace(session.config, strategy=rest.strip())
@@ -785,12 +802,26 @@ def context_meter(session: Session, width: int = 40) -> str:
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
     window, total = session.config.context_window, sum(kinds.values())
-    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at "
-             f"{TRIGGER:.0%}" + (f"; the server counted {session.usage[1]:,} for the last request" if session.usage else "")]
+    share = trigger_tokens(session) / window
+    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}"
+             + (f"; the server counted {session.usage[1]:,} for the last request" if session.usage else "")]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
-    lines.append(f"  {'':<19} {'':>8}  {'·' * round(width * TRIGGER)}▲ trigger{' ' * max(0, width - round(width * TRIGGER) - 10)}| window")
+    mark = round(width * share)
+    lines.append(f"  {'':<19} {'':>8}  {'·' * mark}▲ trigger{' ' * max(0, width - mark - 10)}| window")
     return "\n".join(lines)
+
+
+def trigger_tokens(session: Session) -> int:
+    """The size of request at which the session's strategy compacts, in tokens."""
+    config, c = session.config, session.compactor
+    if config.strategy == "none":
+        return config.context_window
+    if c is None:
+        return int(TRIGGER * (config.context_window - config.reserved_output))
+    start = c.lossless_at if c.policy == "zones" else c.trigger
+    head = estimate_tokens(session.messages[:system_head(session.messages)]) - 3
+    return int(start * c.budget.effective(session.messages)) + c.fixed_tokens + head
 
 
 # --------------------------------------------------------------------------------------------
@@ -823,6 +854,8 @@ def main(argv: list[str] | None = None) -> int:
     config = None
     try:
         load_env()
+        if not Path(args.workspace).is_dir():
+            raise ConfigError(f"--workspace {args.workspace}: no such folder")
         config = load_config(strategy=args.strategy, preset=args.preset, max_iterations=args.max_iterations,
                              threshold=args.threshold, keep_recent=args.keep_recent)
         if args.demo or not model_configured():
@@ -831,8 +864,6 @@ def main(argv: list[str] | None = None) -> int:
             run_demo(replace(config, context_window=DEMO_WINDOW, max_iterations=args.max_iterations or DEMO_ITERATIONS))
             return 0
         ws = Workspace(Path(args.workspace), approve=(lambda _: True) if args.yes else ask_on_terminal)
-        if not ws.root.is_dir():
-            raise ConfigError(f"--workspace {args.workspace}: no such folder")
         model = openai_model(make_client(timeout=config.timeout), config.model, config.send_reasoning,
                              config.reserved_output)
         folder = session_folder(ws.root)
