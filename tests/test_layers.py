@@ -693,3 +693,10 @@ def test_eviction_takes_the_lowest_importance_first():
     assert len(results_of(out)) == 5  # exactly one group went
     assert messages[13] in out and messages[8] in out
     assert "c0" not in {m.get("tool_call_id") for m in out}
+
+
+def test_snip_keeps_the_first_and_the_last_error_lines_when_the_cut_part_has_many():
+    lines = ["start"] * 50 + [f"ERROR step {i} failed" for i in range(40)] + ["end"] * 50
+    out = snip_text("\n".join(lines), max_lines=80).split("\n")
+    kept = [line for line in out if line.startswith("ERROR")]
+    assert kept == [f"ERROR step {i} failed" for i in [*range(5), *range(25, 40)]]  # the first 5, the last 15

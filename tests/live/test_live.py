@@ -62,8 +62,8 @@ def test_the_agent_runs_a_many_tool_task_through_compactions(workspace, live_bas
 def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, live_base_url, live_model):
     """CONTEXT_WINDOW says 8,192, the server holds 2,048: the agent's own trigger comes too late, the
     server refuses, and reactive compaction recovers without ever re-sending the refused request."""
-    done = agent(workspace, live_base_url, live_model, TASK, "--max-iterations", "30",
-                 CONTEXT_WINDOW="8192")
+    done = agent(workspace, live_base_url, live_model, TASK, "--max-iterations", "12",
+                 CONTEXT_WINDOW="8192", MAX_OUTPUT_TOKENS="256")
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3_000:]
     assert "the server refused the request as too long" in output, output[-3_000:]
