@@ -8,6 +8,7 @@ import os
 import json
 import socket
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,25 @@ def offline_env(**extra: str) -> dict:
     present but empty, so a developer's .env (which never overrides) cannot switch a model on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     return {**env, **{name: "" for name in MODEL_VARIABLES}, "PYTHONIOENCODING": "utf-8", **extra}
+
+
+def tallied(label: str, what: str):
+    """(report, per_test) fixtures for a file that counts what its tests delivered (failures injected,
+    attacks tried): each test gets its own Counter, must deliver at least one, and the file prints
+    the totals at its end (use -s). No module-level counter decides whether a test passes."""
+    total: Counter = Counter()
+
+    @pytest.fixture(scope="module", autouse=True)
+    def report():
+        yield
+        if total:
+            print(f"\n[{label}] {sum(total.values())} {what}: "
+                  + ", ".join(f"{kind} {n}" for kind, n in sorted(total.items())))
+
+    @pytest.fixture
+    def per_test():
+        counts: Counter = Counter()
+        yield counts
+        total.update(counts)
+        assert counts, f"this test delivered no {what.split()[0]}"
+    return report, per_test

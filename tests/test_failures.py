@@ -14,30 +14,15 @@ from collections import Counter
 import pytest
 
 import compact
+from conftest import tallied
 from conversations import generate_conversation
 
 HISTORY = generate_conversation(20, seed=7).messages  # about 22k tokens: over the trigger of WINDOW
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
-TALLY: Counter = Counter()  # failures injected by this file's tests, only printed at the end (use -s)
 GOOD_SUMMARY = "## Goal\n- fix the failing cart total test\n\n## Progress\n- reproduced the failure"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report_injected():
-    yield
-    if TALLY:
-        print(f"\n[failures] {sum(TALLY.values())} failures injected: "
-              + ", ".join(f"{kind} {n}" for kind, n in sorted(TALLY.items())))
-
-
-@pytest.fixture
-def injected():
-    """This test's own count of the failures it injected, by kind. A test that takes it and injects
-    nothing errors at teardown: the failure it claims to survive never happened."""
-    counts: Counter = Counter()
-    yield counts
-    TALLY.update(counts)
-    assert counts, "this test injected no failure"
+report_injected, injected = tallied("failures", "failures injected")
 
 
 class FailingSummarizer:

@@ -4,7 +4,7 @@ the documents add, shown on a small input: the seed's way next to the project's 
 from __future__ import annotations
 
 import pytest
-from test_layers import assistant, call, result, system, tool_turn, user
+from test_layers import assistant, system, tool_turn, user
 
 import compact
 import tiny_agent

@@ -9,11 +9,10 @@ import signal
 import stat
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, chat_response
+from conftest import ROOT, chat_response, tallied
 
 import compact
 from conversations import generate_conversation
@@ -21,7 +20,6 @@ from tiny_agent import DANGEROUS, Workspace, run_tool
 
 HISTORY = generate_conversation(20, seed=11).messages
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
-TALLY: Counter = Counter()  # prompt-injection attacks tried by this file's tests, only printed (use -s)
 
 
 def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_structured, **options):
@@ -31,22 +29,7 @@ def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_st
     return c, c.compact(history, force=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def report_attacks():
-    yield
-    if TALLY:
-        print(f"\n[safety] {sum(TALLY.values())} prompt-injection attacks tried: "
-              + ", ".join(f"{channel} {n}" for channel, n in sorted(TALLY.items())))
-
-
-@pytest.fixture
-def tried():
-    """This test's own count of the attacks that reached the code under test, by channel. A test
-    that takes it and delivers no attack errors at teardown: it proved nothing."""
-    counts: Counter = Counter()
-    yield counts
-    TALLY.update(counts)
-    assert counts, "no attack reached the code under test"
+report_attacks, tried = tallied("safety", "attacks tried")
 
 
 def planted(*middle: dict) -> list[dict]:
