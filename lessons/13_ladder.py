@@ -136,7 +136,7 @@ def main():
     messages = generate_conversation(20, seed=1).messages
     out = Compactor(context_window=16_000, reserved_output=2_000).last_resort(messages)
     show.sizes("last resort", messages, out)
-    print(f"[last resort] no compact() and no Pass given; it kept: "
+    print("[last resort] no compact() and no Pass given; it kept: "
           + " · ".join("summary" if is_summary(m) else m["role"] for m in out))
 
     show.banner("5. The light tier (seed 001): kept only if it alone reaches the target")
