@@ -58,7 +58,7 @@ MUTANTS = [
     ("last resort loses its short-note fallback", "compact.py",
      'self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"', "pass"),
     ("guard skips the drift check and backfill", "compact.py",
-     "return backfill(flag_unverified(text, source_text(messages)), messages)", "return text"),
+     "return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)", "return text"),
     ("summarizer may run twice in a compaction", "compact.py",
      "if not run.summarized and any(", "if any("),
     ("no-progress floor removed", "compact.py",
