@@ -117,8 +117,11 @@ def compact_now(session: Session, focus: str | None = None, force: int = 0, log=
     """One call of the compaction function, and one visible line when it changed something."""
     before, used = session.messages, request_tokens(session)
     after = session.compact(before, focus=focus, force=force, used=used)
-    if force >= 3:  # the hardest level: the newest outputs, never seen by the model, are cut too
-        after = cut_newest_outputs(after)
+    if force >= 3:  # the hardest level: what is left is cut too, and archived whole first
+        cut = cut_to_fit(after)
+        if session.archive is not None and cut is not after:
+            session.archive.append(leaving(after, cut), 0)
+        after = cut
     if after is before:
         return
     session.compactions += 1
@@ -158,7 +161,7 @@ def ask(session: Session, model: Callable, log=print) -> dict:
             compact_now(session, force=level, log=log)
 
 
-HARDEST = 3  # reactive levels: 1 the strategy, forced; 2 its smallest form; 3 the newest outputs cut too
+HARDEST = 3  # reactive levels: 1 the strategy, forced; 2 its smallest form; 3 every message cut short too
 
 
 def send(session: Session, model: Callable) -> dict:
@@ -198,20 +201,21 @@ def requested_focus(arguments: str) -> str:
 # Requests: what every OpenAI-compatible server accepts, and what its refusals mean
 # --------------------------------------------------------------------------------------------
 
-def cut_newest_outputs(messages: list[dict], max_chars: int = 2_000) -> list[dict]:
-    """The newest turn cut to fit, saying so: its tool results to head and tail with their error
-    lines, its call's text and arguments to their start."""
+def cut_to_fit(messages: list[dict], max_chars: int = 600) -> list[dict]:
+    """The hardest level: every message but the system prompt and a summary (it holds the pins) cut
+    to `max_chars`, saying so; tool results keep head, tail and error lines, arguments their start.
+    The server's tokenizer may count far more than our estimate: this shrinks what it counts."""
     out = list(messages)
-    for i in range(len(messages) - 1, system_head(messages) - 1, -1):
+    for i in range(system_head(messages), len(messages)):
         m = messages[i]
+        if is_summary(m):
+            continue
         if len(content_text(m)) > max_chars:
-            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 40, max_chars)}
+            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
         if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
             m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
                 {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
         out[i] = m
-        if messages[i].get("role") != "tool":
-            break  # the assistant message that made the calls ends the newest turn
     return out if any(a is not b for a, b in zip(out, messages)) else messages
 
 

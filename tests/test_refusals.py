@@ -75,3 +75,35 @@ def test_a_context_refusal_is_recognised(httpserver, server):
 @pytest.mark.parametrize("server", NOT_REFUSALS)
 def test_other_errors_are_not_taken_for_a_context_refusal(httpserver, server):
     assert not is_context_overflow(raised(httpserver, *NOT_REFUSALS[server]))
+
+
+def test_a_server_whose_tokenizer_counts_far_more_is_met_by_cutting_and_nothing_is_lost(fake_openai, tmp_path):
+    """Our estimate says the history fits; the server counts 1 token a character and refuses. The
+    agent compacts harder at each refusal, never re-sends a refused request, and at the hardest
+    level cuts the messages short, archiving them whole first."""
+    import tiny_agent
+    from conftest import chat_response
+    garbage = "tcl.A2+LKV17YZT-NjI3RwBhGJg6UuPnkC_" * 100  # 3,400 chars a tokenizer may count one by one
+    sent = []
+
+    def reply(body):
+        size = len(json.dumps(body["messages"]))
+        sent.append(json.dumps(body["messages"], sort_keys=True))
+        if size > 3_000:
+            return 400, error(f"This model's maximum context length is 3000 tokens. However, you requested {size} "
+                              f"tokens ({size} in the messages, None in the completion).", code="context_length_exceeded")
+        if len(sent) == 1 or not any(m["role"] == "tool" for m in body["messages"]):
+            return 200, chat_response(tool_calls=[("c1", "bash", {"command": garbage})])
+        return 200, chat_response("done")
+    fake_openai(reply)
+    config = tiny_agent.load_config({"CONTEXT_WINDOW": "64000"})
+    session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive",
+                                     summarize=lambda messages, focus=None: "## Task\n- go")
+    ws = tiny_agent.Workspace(tmp_path, approve=lambda command: False, sandbox=False)
+    model = tiny_agent.openai_model(tiny_agent.make_client(), "m")
+    log = []
+    assert tiny_agent.run(session, "go", model, ws, log=log.append) == "done"
+    assert len(sent) == len(set(sent))  # no refused request was sent twice
+    assert any("cut to fit the window" in json.dumps(m) for m in session.messages)
+    archived = [r["message"] for r in session.archive.records()]
+    assert any(garbage in json.dumps(m) for m in archived)  # the whole message, before it was cut
