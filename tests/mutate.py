@@ -64,7 +64,7 @@ MUTANTS = [
     ("no-progress floor removed", "compact.py",
      "self.state.floor = int(budget.history(original) * GROWTH_BEFORE_RETRY)  # nothing helped", "pass"),
     ("zones lossy steps run below lossy_at", "compact.py",
-     "if lossy and not force and not self._lossy_allowed(messages, out):", "if False:"),
+     "if lossy and not force and not self._lossy_allowed(messages, out, run):", "if False:"),
     ("workspace accepts absolute paths", "tiny_agent.py",
      "if not isinstance(relative, str) or not relative or Path(relative).is_absolute():",
      "if not isinstance(relative, str) or not relative:"),
