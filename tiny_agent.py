@@ -201,7 +201,7 @@ def requested_focus(arguments: str) -> str:
 # Requests: what every OpenAI-compatible server accepts, and what its refusals mean
 # --------------------------------------------------------------------------------------------
 
-def cut_to_fit(messages: list[dict], max_chars: int = 600) -> list[dict]:
+def cut_to_fit(messages: list[dict], max_chars: int = 200) -> list[dict]:
     """The hardest level: every message but the system prompt and a summary (it holds the pins) cut
     to `max_chars`, saying so; tool results keep head, tail and error lines, arguments their start.
     The server's tokenizer may count far more than our estimate: this shrinks what it counts."""

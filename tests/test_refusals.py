@@ -107,3 +107,19 @@ def test_a_server_whose_tokenizer_counts_far_more_is_met_by_cutting_and_nothing_
     assert any("cut to fit the window" in json.dumps(m) for m in session.messages)
     archived = [r["message"] for r in session.archive.records()]
     assert any(garbage in json.dumps(m) for m in archived)  # the whole message, before it was cut
+
+
+def test_assistant_text_goes_out_as_a_string_never_null_and_tools_with_tool_choice(fake_openai):
+    """llama-cpp-python's server answers HTTP 500 to `"content": null`, and without tool_choice it
+    leaves the tools out of the prompt: every request carries a string and "auto"."""
+    import tiny_agent
+    from conftest import chat_response
+    server = fake_openai(lambda body: (200, chat_response("ok")))
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+    reply = tiny_agent.openai_model(tiny_agent.make_client(), "m")(history, tiny_agent.TOOL_SCHEMAS)
+    sent = server.requests[0]
+    assert sent["messages"][2]["content"] == "" and sent["tool_choice"] == "auto" and sent["tools"]
+    assert reply["content"] == "ok" and history[2]["content"] is None  # the history itself is untouched
