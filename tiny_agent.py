@@ -117,8 +117,8 @@ def compact_now(session: Session, focus: str | None = None, force: int = 0, log=
     """One call of the compaction function, and one visible line when it changed something."""
     before, used = session.messages, request_tokens(session)
     after = session.compact(before, focus=focus, force=force, used=used)
-    if force >= 3:  # the hardest level: what is left is cut too, and archived whole first
-        cut = cut_to_fit(after)
+    if force >= 3 and session.config.strategy != "none":  # "none" means no compaction of any kind
+        cut = cut_to_fit(after)  # the hardest level: what is left is cut too, archived whole first
         if session.archive is not None and cut is not after:
             session.archive.append(leaving(after, cut), 0)
         after = cut
