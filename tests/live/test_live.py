@@ -60,10 +60,11 @@ def test_the_agent_runs_a_many_tool_task_through_compactions(workspace, live_bas
 
 
 def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, live_base_url, live_model):
-    """CONTEXT_WINDOW says 8,192, the server holds 2,048: the agent's own trigger comes too late, the
-    server refuses, and reactive compaction recovers without ever re-sending the refused request."""
-    done = agent(workspace, live_base_url, live_model, TASK, "--max-iterations", "12",
-                 CONTEXT_WINDOW="8192", MAX_OUTPUT_TOKENS="256")
+    """CONTEXT_WINDOW says 8,192, the server holds 2,048 and each request asks for 1,100 tokens of
+    answer: the agent's own trigger comes too late, the server refuses once the prompt passes about
+    950 tokens, and reactive compaction recovers without ever re-sending the refused request."""
+    done = agent(workspace, live_base_url, live_model, TASK, "--max-iterations", "16",
+                 CONTEXT_WINDOW="8192", MAX_OUTPUT_TOKENS="1100")
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3_000:]
     assert "the server refused the request as too long" in output, output[-3_000:]
