@@ -60,16 +60,19 @@ def test_the_agent_runs_a_many_tool_task_through_compactions(workspace, live_bas
 
 
 def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, live_base_url, live_model):
-    """CONTEXT_WINDOW says 8,192, the server holds 2,048 and each request asks for 1,100 tokens of
-    answer: the agent's own trigger comes too late, the server refuses once the prompt passes about
-    950 tokens, and reactive compaction recovers without ever re-sending the refused request."""
-    done = agent(workspace, live_base_url, live_model, TASK, "--max-iterations", "16",
-                 CONTEXT_WINDOW="8192", MAX_OUTPUT_TOKENS="1100")
+    """CONTEXT_WINDOW says 8,192 and the task comes with long notes, but the server holds 2,048: the
+    agent's own trigger is far away, the server refuses the very first request, and reactive
+    compaction recovers (archiving what it cuts) without ever re-sending the refused request."""
+    notes = " ".join(f"Note {n}: the meeting in room {100 + n} moved to the afternoon." for n in range(160))
+    done = agent(workspace, live_base_url, live_model, f"{TASK} My notes: {notes}", "--max-iterations", "6",
+                 CONTEXT_WINDOW="8192")
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3_000:]
     assert "the server refused the request as too long" in output, output[-3_000:]
     after = output.split("the server refused the request as too long", 1)[1]
     assert "[compact]" in after and "[tool]" in after, output[-3_000:]  # it compacted, then went on
+    archived = "".join(p.read_text(encoding="utf-8") for p in (workspace / ".tiny_agent" / "archive").glob("*.jsonl"))
+    assert "Note 159: the meeting in room 259" in archived  # what was cut is archived whole
 
 
 def test_the_summary_model_reads_a_large_middle_in_pieces_that_fit_its_window(live_base_url, live_model,
