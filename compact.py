@@ -1309,12 +1309,13 @@ def batched(steps: list[tuple[str, Callable, bool]], budget: Budget) -> list[tup
 
 
 def _run_all(steps: list[Callable], budget: Budget) -> Callable:
-    def run(messages: list[dict], state) -> list[dict]:
+    """One step made of several: each runs on what the last left, kept when it shrank the history."""
+    def batch(messages: list[dict], run: "Pass") -> list[dict]:
         for step in steps:
-            new = step(messages, state)
+            new = step(messages, run)
             messages = new if budget.history(new) < budget.history(messages) else messages
         return messages
-    return run
+    return batch
 
 
 def task_complexity(messages: list[dict]) -> float:
