@@ -4,82 +4,121 @@
                 ▲                              │ yes
                 └──── append results ◄── run each call
 
-Every iteration first calls the compactor, so `messages` rises and falls like a sawtooth instead of
-growing until the model refuses it. Read it top to bottom: the loop, what is sent to a server, the
-strategies, the tools, the configuration, the REPL, the command line, and last the offline demo.
+Every iteration first calls the compaction, so `messages` rises and falls like a sawtooth instead
+of growing until the model refuses it. The file is in three layers, and a fork may stop at the
+end of any of them (README: "Fork it"):
+
+    Layer 1  the tutorial's agent   the loop, the tools, the tutorial's sawtooth, one task
+    Layer 2  real servers           what is sent, refusals, settings, the REPL, sessions, the demo
+    Layer 3  the ladder             compact.py's Part III as strategies of the agent
+
 Run `python tiny_agent.py` with no model configured to watch the demo; set OPENAI_API_KEY or
 OPENAI_BASE_URL (in the shell or in .env) to use a real model.
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-# Part I of compact.py: the sawtooth. A fork that keeps only the sawtooth keeps this import...
-from compact import (KEEP_RECENT, REASONING_FIELDS, THRESHOLD, ContextOverflowError, compact_messages, content_text,
-                     check_messages, drop_old_reasoning, estimate_tokens, is_context_overflow, is_summary, leaving,
-                     make_client, model_configured, snip_text, summarize_default, system_head)
-# ...and deletes every line that ends in "# ladder", this import first (tests/test_fork.py does it).
-from compact import POLICIES, PRESETS, Archive, CompactState, Compactor, pins_text  # ladder
+from compact import KEEP_RECENT, THRESHOLD, compact_messages, make_client, summarize
 
-HERE = Path(__file__).resolve().parent
 SYSTEM_PROMPT = """You are a careful coding agent working inside a workspace folder. Use the tools \
 to inspect and change files; paths are relative to the workspace. Keep answers short. When the task \
 is done, reply with the answer and no tool call. Messages that start with [Context summary] are \
 notes about earlier turns, not new instructions."""
 
-# --------------------------------------------------------------------------------------------
-# The loop
-# --------------------------------------------------------------------------------------------
+# ════════════════════════════════════════════════════════════════════════════════════════════
+# Layer 1 · The tutorial's agent: the loop, the tools, the sawtooth
+# ════════════════════════════════════════════════════════════════════════════════════════════
+
+# --- The loop (lesson 02) --------------------------------------------------------------------
 
 
 @dataclass
 class Session:
-    """What lasts across REPL questions: the history, how it is compacted, and what was measured."""
+    """What the loop needs across iterations and REPL questions."""
 
     messages: list[dict]
-    config: Config
-    compact: Callable  # (messages, focus=None, force=0, used=None) -> messages: see make_compaction
-    compactor: Compactor | None = None  # the ladder's state, for /context and resume; None for the sawtooth
-    archive: Archive | None = None  # every message that leaves the context, for the recall tool
-    admit: Callable | None = None  # zones: (call, output) -> what enters the context
-    sent: list[tuple[int, int]] = field(default_factory=list)  # (messages, tokens) of each request
-    compactions: int = 0
+    compaction: Compaction  # made in one place from --strategy (make_compaction, Layer 2)
+    max_iterations: int = 50  # model calls for one task
+    sent: list[tuple[int, int]] = field(default_factory=list)  # (messages, tokens the server counted)
     usage: tuple[list[dict], int] | None = None  # the last request as sent, and the server's count
+    compactions: int = 0  # times compact_now changed the list
 
 
 def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) -> str:
     """The tutorial's loop: compact, ask, append, run the calls, repeat."""
-    session.messages.append({"role": "user", "content": task})
+    session.messages.append({"role": "user", "content": safe_text(task)})
     try:
-        for _ in range(session.config.max_iterations):
+        for _ in range(session.max_iterations):
             compact_now(session, log=log)
             reply = ask(session, model, log)
             session.messages.append(reply)
             if not reply.get("tool_calls"):
-                return content_text(reply)
+                return reply.get("content") or ""
             focus = run_calls(session, reply["tool_calls"], ws, log)
             if focus is not None:
-                compact_now(session, focus=focus, force=1, log=log)
+                compact_now(session, focus=focus, level=1, log=log)
     except KeyboardInterrupt:
         answer_open_calls(session.messages)  # Ctrl-C: the history stays valid for the next question
         raise
-    return f"stopped after {session.config.max_iterations} iterations without a final answer"
+    n = session.max_iterations
+    return f"stopped after {n} iteration{'s' * (n != 1)} without a final answer"
+
+
+def compact_now(session: Session, focus: str | None = None, level: int = 0, log=print) -> None:
+    """One call of the compaction, and one visible line when it changed something. `level` 0 is
+    the strategy's own rule, 1 compacts now, higher levels compact harder (lesson 02)."""
+    before = session.messages
+    after = session.compaction.fit(before, focus=focus, level=level, usage=session.usage)
+    if after is before:
+        return
+    session.compactions += 1
+    log(f"[compact] {len(before)} → {len(after)} messages{session.compaction.describe(before, after, session.usage)}")
+    session.messages = list(after)
+
+
+def ask(session: Session, model: Callable, log=print) -> dict:
+    """Call the model. When the server refuses the request as too long, compact one level harder
+    each time, and never send a request it already refused (lesson 03)."""
+    refused: set[str] = set()
+    level = 0
+    while True:
+        try:
+            return send(session, model)
+        except Exception as error:
+            counted = session.compaction.refused(error)  # None: not a "too long" refusal
+            if counted is None:
+                raise
+            refused.add(json.dumps(session.messages, sort_keys=True, default=str))
+            log(f"[compact] the server refused the request as too long ({' '.join(str(error).split())[:160]})")
+            if counted:  # the truth about this request's size calibrates what comes next
+                session.usage = (list(session.messages), counted)
+        while json.dumps(session.messages, sort_keys=True, default=str) in refused:
+            level += 1  # the compaction raises once it has no harder level left
+            compact_now(session, level=level, log=log)
+
+
+def send(session: Session, model: Callable) -> dict:
+    """One request. The server's count of the prompt (`usage`) is taken out of the reply and kept
+    as the truth about this request's size (pi-mono and Claude Code do the same)."""
+    reply = dict(model(session.messages, TOOL_SCHEMAS))
+    counted = reply.pop("usage", None)
+    session.usage = (list(session.messages), counted) if isinstance(counted, int) and counted > 0 else None
+    session.sent.append((len(session.messages), counted if session.usage else 0))
+    return reply
 
 
 def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> str | None:
@@ -87,13 +126,13 @@ def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> 
     focus = None
     for call in calls:
         name, arguments = call["function"]["name"], call["function"]["arguments"]
-        log(f"[tool] {name} {arguments[:70]}")
+        log(f"[tool] {name} {printable(arguments, 70)}")
         if name == "compact":
-            focus, result = requested_focus(arguments), "compaction will run now"
+            focus = requested_focus(arguments)
+            result = session.compaction.compact_tool(session.messages, focus)
         else:
-            result = run_tool(ws, name, arguments, session.archive)
-            result = session.admit(call, result) if session.admit else result
-        session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            result = session.compaction.admit(call, run_tool(ws, name, arguments))
+        session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": safe_text(result)})
     return focus
 
 
@@ -113,81 +152,6 @@ def answer_open_calls(messages: list[dict]) -> None:
                  for c in messages[i].get("tool_calls") or [] if c["id"] not in answered]
 
 
-def compact_now(session: Session, focus: str | None = None, force: int = 0, log=print) -> None:
-    """One call of the compaction function, and one visible line when it changed something."""
-    before, used = session.messages, request_tokens(session)
-    after = session.compact(before, focus=focus, force=force, used=used)
-    if force >= 3 and session.config.strategy != "none":  # "none" means no compaction of any kind
-        cut = cut_to_fit(after)  # the hardest level: what is left is cut too, archived whole first
-        if session.archive is not None and cut is not after:
-            session.archive.append(leaving(after, cut), 0)
-        after = cut
-    if after is before:
-        return
-    session.compactions += 1
-    counted = "counted by the server, plus new messages" if session.usage else "estimated"
-    log(f"[compact] {len(before)} → {len(after)} messages, request ~{used:,} tokens ({counted}) → "
-        f"~{estimate_tokens(after) + SCHEMA_TOKENS:,} estimated")
-    for name, was, now, _ in session.compactor.report if session.compactor else []:
-        log(f"          {name:<11} {was - now:>+8,} tokens removed" if was > now else f"          {name:<11} nothing to do")
-    session.messages = list(after)
-
-
-def ask(session: Session, model: Callable, log=print) -> dict:
-    """Call the model. When the server refuses the request as too long, compact harder each time,
-    and never send a request it already refused (lesson 11)."""
-    refused: list[str] = []
-    level = 0
-    while True:
-        try:
-            return send(session, model)
-        except Exception as error:
-            if not is_context_overflow(error):
-                raise
-            refused.append(json.dumps(session.messages, sort_keys=True, default=str))
-            log(f"[compact] the server refused the request as too long ({first_line(error)})")
-            if refused_size(error):  # the truth about this request's size calibrates what comes next
-                session.usage = (list(session.messages), refused_size(error))
-        while json.dumps(session.messages, sort_keys=True, default=str) in refused:
-            level += 1
-            if level > HARDEST and session.config.strategy == "none":
-                raise ContextOverflowError(f"the history (~{request_tokens(session):,} tokens) no longer fits the "
-                                           "model's window and --strategy none does not compact: choose another")
-            if level > HARDEST:
-                raise ContextOverflowError(
-                    f"the request still does not fit the server's window after compacting it as far as "
-                    f"it goes (~{request_tokens(session):,} tokens, {session.config.strategy}); raise the "
-                    "server's context size and CONTEXT_WINDOW, or shorten the latest message")
-            compact_now(session, force=level, log=log)
-
-
-HARDEST = 3  # reactive levels: 1 the strategy, forced; 2 its smallest form; 3 every message cut short too
-
-
-def send(session: Session, model: Callable) -> dict:
-    """One request. A model may add its server's `usage` to the reply: it is taken out and kept as
-    the truth about this request's size (pi-mono and Claude Code do the same)."""
-    tokens = request_tokens(session)
-    reply = dict(model(session.messages, TOOL_SCHEMAS))
-    usage = reply.pop("usage", None)
-    session.usage = (list(session.messages), usage) if isinstance(usage, int) and usage > 0 else None
-    session.sent.append((len(session.messages), session.usage[1] if session.usage else tokens))
-    return reply
-
-
-def request_tokens(session: Session) -> int:
-    """Tokens of the next request: the server's count of what it saw last time, plus an estimate of
-    the messages added since. When the history was rewritten, the estimate, scaled up by how much
-    the server's tokenizer counted over ours last time (never down)."""
-    estimate = estimate_tokens(session.messages) + SCHEMA_TOKENS
-    if not session.usage:
-        return estimate
-    seen, counted = session.usage
-    if len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages)):
-        return counted + sum(estimate_tokens([m]) - 3 for m in session.messages[len(seen):])
-    return round(estimate * max(1.0, counted / (estimate_tokens(seen) + SCHEMA_TOKENS)))
-
-
 def requested_focus(arguments: str) -> str:
     """The `focus` of a compact call; malformed arguments just mean no focus."""
     try:
@@ -197,201 +161,78 @@ def requested_focus(arguments: str) -> str:
     return str(args.get("focus", "")) if isinstance(args, dict) else ""
 
 
-# --------------------------------------------------------------------------------------------
-# Requests: what every OpenAI-compatible server accepts, and what its refusals mean
-# --------------------------------------------------------------------------------------------
-
-def cut_to_fit(messages: list[dict], max_chars: int = 200) -> list[dict]:
-    """The hardest level: every message but the system prompt and a summary (it holds the pins) cut
-    to `max_chars`, saying so; tool results keep head, tail and error lines, arguments their start.
-    The server's tokenizer may count far more than our estimate: this shrinks what it counts."""
-    out = list(messages)
-    for i in range(system_head(messages), len(messages)):
-        m = messages[i]
-        if is_summary(m):
-            continue
-        if len(content_text(m)) > max_chars:
-            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
-        if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
-            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
-                {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
-        out[i] = m
-    return out if any(a is not b for a, b in zip(out, messages)) else messages
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def first_line(error: Exception, width: int = 160) -> str:
-    text = " ".join(str(error).split())
-    return text[:width] + ("…" if len(text) > width else "")
+def safe_text(text: str) -> str:
+    """Text that can be sent: bytes that were not UTF-8 (kept by Python as lone surrogates, from a
+    terminal, an argument or a file) become U+FFFD instead of a traceback in the client."""
+    return LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
 
 
-# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
-COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
-                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens")
+def printable(text: str, width: int) -> str:
+    """A one-line preview for the terminal: no newlines or escape sequences from the model."""
+    flat = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
+    return flat[:width] + ("…" if len(flat) > width else "")
 
 
-def refused_size(error: Exception) -> int | None:
-    """How many tokens the server said the refused request had, or None."""
-    match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
-    return int(next(g for g in match.groups() if g)) if match else None
+# --- The compaction the loop calls (lesson 02) -----------------------------------------------
 
 
-def outgoing(messages: list[dict], send_reasoning: bool = True) -> list[dict]:
-    """The one normalisation step before sending. Assistant text is always a string (llama.cpp's
-    server answers HTTP 500 to null); reasoning goes back as it came (DeepSeek answers 400 without
-    it after a tool call), or never, for servers that reject the field (SEND_REASONING=0)."""
-    out = []
-    for m in messages:
-        if m.get("role") == "assistant":
-            m = {**m, "content": content_text(m)}
-            if not send_reasoning:
-                m = {k: v for k, v in m.items() if k not in REASONING_FIELDS}
-        out.append(m)
-    return out
+@dataclass
+class Compaction:
+    """The strategy, as the one object the loop calls: `fit` before every request, `refused` after
+    an error. Layer 1 makes the tutorial's sawtooth; Layer 2 makes every strategy (make_compaction)."""
+
+    name: str
+    fit: Callable  # (messages, focus=None, level=0, usage=None) -> the messages to send
+    refused: Callable = lambda error: None  # the server's count when `error` is a "too long" refusal
+    # (0 when it gave none), None for any other error, which the loop raises
+    describe: Callable = lambda before, after, usage: ""  # more of the [compact] line
+    admit: Callable = lambda call, output: output  # what of a tool's output enters the context
+    state: object = None  # what lasts across compactions (compact.CompactState), saved by the REPL
+    archive: object = None  # compact.Archive: every message that leaves the context, for recall
+    meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, stats line) for /context
+
+    def compact_tool(self, messages: list[dict], focus: str) -> str:
+        """What the `compact` tool answers: the compaction itself runs once the results are in."""
+        return f"compaction will run now, keeping what matters for: {focus or 'the task'}"
 
 
-def assistant_message(message) -> dict:
-    """The `openai` reply as a plain dict, the only shape the rest of the code knows; a thinking
-    model's reasoning is kept under the name its server used."""
-    reply = {"role": "assistant", "content": message.content or ""}
-    extra = getattr(message, "model_extra", None) or {}
-    for name in REASONING_FIELDS:
-        value = extra.get(name, getattr(message, name, None))
-        if isinstance(value, str) and value:
-            reply[name] = value
-    if message.tool_calls:
-        reply["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-            "name": c.function.name, "arguments": c.function.arguments or "{}"}} for c in message.tool_calls]
-    return reply
+def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT) -> Compaction:
+    """The tutorial's sawtooth: compact_messages with the cheap model's summary; level 1 and up
+    compact now. A refusal from the server stands (Layer 2 recovers from it)."""
+    def fit(messages, focus=None, level=0, usage=None):
+        return compact_messages(messages, summarize, threshold=0 if level else threshold, keep_recent=keep_recent)
+    return Compaction("sawtooth", fit)
 
 
-def openai_model(client, model: str, send_reasoning: bool = True,
-                 max_tokens: int | None = None) -> Callable[[list[dict], list[dict]], dict]:
-    """A model is any function (messages, tools) -> assistant message; this one asks a server.
-    `max_tokens` is the output the budget reserved, so one reply cannot fill the window."""
-    def call(messages: list[dict], tools: list[dict]) -> dict:
-        with waiting():
-            response = client.chat.completions.create(
-                model=model, messages=outgoing(messages, send_reasoning),
-                **({"tools": tools, "tool_choice": "auto"} if tools else {}),
-                **({"max_tokens": max_tokens} if max_tokens else {}))
-        if not getattr(response, "choices", None):
-            raise ServerReplyError(f"the server answered without a reply: {str(response)[:120]}")
-        reply = assistant_message(response.choices[0].message)
-        usage = getattr(response, "usage", None)
-        return {**reply, "usage": getattr(usage, "prompt_tokens", None)}
-    return call
+# --- Tools: bash and three file tools, all confined to one workspace folder (lesson 02) ------
 
-
-class ServerReplyError(Exception):
-    """The server answered 200 with something that is not a chat completion."""
-
-
-class ContextLengthExceeded(Exception):
-    """What the demo model raises, worded like a real server's HTTP 400, when a request is too long."""
-
-
-@contextmanager
-def waiting(stream=None):
-    """Elapsed seconds on the terminal while the model thinks; nothing when output is not a terminal."""
-    stream = stream or sys.stderr
-    if not stream.isatty():
-        yield
-        return
-    done, start = threading.Event(), time.monotonic()
-
-    def tick():
-        while not done.wait(1.0):
-            stream.write(f"\r[thinking] {time.monotonic() - start:.0f} s ")
-            stream.flush()
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
-        stream.write("\r" + " " * 20 + "\r")
-
-
-# --------------------------------------------------------------------------------------------
-# Strategies: the one place that maps --strategy to a compaction function
-# --------------------------------------------------------------------------------------------
-
-STRATEGIES = ("sawtooth", "none")
-STRATEGIES = ("sawtooth", *POLICIES, "none")  # ladder
-
-
-def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
-                    reattach: Callable | None = None) -> tuple[Callable, Compactor | None]:
-    """(compact, compactor): compact(messages, focus=None, force=0, used=None) returns the list to
-    send. force 1 compacts now; 2 to the smallest form; `used` is the request's size in tokens."""
-    if config.strategy == "none":
-        return (lambda messages, focus=None, force=0, used=None: messages), None
-    if config.strategy == "sawtooth":
-        return sawtooth(config, summarize, archive, config.reserved_output), None
-    return ladder(config, summarize, archive, reattach)  # ladder
-
-
-def ladder(config: Config, summarize: Callable | None, archive: Archive | None,
-           reattach: Callable | None) -> tuple[Callable, Compactor]:
-    """A Compactor for --strategy layered|hybrid|zones or a --preset, as a compaction function."""
-    settings = dict(context_window=config.context_window, reserved_output=config.reserved_output,
-                    fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive, reattach=reattach)
-    compactor = (Compactor.from_seed(config.preset, **settings) if config.preset else
-                 Compactor(policy=config.strategy, keep_recent=config.keep_recent, **settings))
-
-    def compact(messages, focus=None, force=0, used=None):
-        if force >= 2:  # straight to the last resort: the pins, the summary and the latest turn
-            return compactor.compact(messages, focus=focus, force=True, only=("reasoning", "last resort"))
-        return compactor.compact(messages, focus=focus, force=bool(force), used=used)
-    return compact, compactor
-
-
-TRIGGER = 0.7  # the sawtooth's token net: compact when the request passes this share of the window
-
-
-def sawtooth(config: Config, summarize: Callable | None, archive: Archive | None, reserved: int) -> Callable:
-    """The design card's rule (above `threshold` messages keep the last `keep_recent`), with a token
-    net when the window is known; what leaves is archived by the session, not by the pure function."""
-    limit = int(TRIGGER * (config.context_window - reserved))  # the whole request: messages and tools
-
-    def compact(messages, focus=None, force=0, used=None):
-        over = (used if used is not None else estimate_tokens(messages) + SCHEMA_TOKENS) > limit
-        out = compact_messages(drop_old_reasoning(messages), summarize,
-                               threshold=0 if force or over else config.threshold,
-                               keep_recent=1 if force >= 2 else config.keep_recent,
-                               max_tokens=limit - SCHEMA_TOKENS, focus=focus)
-        if archive is not None and out is not messages:
-            archive.append(leaving(messages, out), 0)
-        return out
-    return compact
-
-
-# --------------------------------------------------------------------------------------------
-# Tools: bash and three file tools, all confined to one workspace folder
-# --------------------------------------------------------------------------------------------
-
-# rm with -r among any flags, aimed at /, ~ or *; sudo; a download piped into a shell; …
-DANGEROUS = re.compile(r"\brm\s+(-\S+\s+)*-\S*r\S*\s+(-\S+\s+)*(/|~|\*)|\bsudo\b|\b(curl|wget)\b[^|]*\|\s*(ba|z)?sh\b"
-                       r"|\bmkfs\b|\bdd\s+if=|:\(\)\s*\{|\bchmod\s+-R\s+777\s+/|>\s*/dev/sd|\bshutdown\b|\breboot\b")
 OUTPUT_CAP = 10_000
 
 
-def ask_on_terminal(command: str) -> bool:
-    """Ask before a dangerous command; without a terminal to ask on, the answer is no."""
+def ask_on_terminal(question: str) -> bool:
+    """Ask y/N on the terminal; without one, or on Ctrl-C or Ctrl-D, the answer is no."""
     if not sys.stdin.isatty():
         return False
-    return input(f"[tool] allow `{command}`? [y/N] ").strip().lower() == "y"
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except (EOFError, KeyboardInterrupt):
+        print()
+        return False
 
 
 @dataclass
 class Workspace:
-    """The folder the tools may touch; `approve` decides on dangerous shell commands."""
+    """The folder the tools may touch; `approve` decides on commands that could destroy files."""
 
     root: Path
     approve: Callable[[str], bool] = ask_on_terminal
     timeout: float = 30.0  # seconds a shell command may run
     sandbox: bool = field(default_factory=lambda: shutil.which("bwrap") is not None)  # bash inside bwrap
+    protected: tuple[Path, ...] = ()  # the agent's own records, when they lie inside: never touched
+    archive: object = None  # compact.Archive, which the recall tool reads (Layer 2)
 
     def path(self, relative: str) -> Path:
         """Resolve a path the model gave, refusing absolute paths, `..` and symlinks that lead out."""
@@ -401,6 +242,8 @@ class Workspace:
         resolved = (root / relative).resolve()
         if resolved != root and root not in resolved.parents:
             raise ToolError(f"path {relative!r} leads outside the workspace")
+        if any(resolved == p or p in resolved.parents for p in self.protected):
+            raise ToolError(f"path {relative!r} is the agent's own record and cannot be touched")
         return resolved
 
 
@@ -415,12 +258,61 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
     return f"{text[:half]}\n[… {len(text) - limit:,} chars cut …]\n{text[-half:]}"
 
 
+# What could destroy files, the workspace or the machine, command by command (lesson 02, README
+# "The shell"): each rule names what it catches. A command is split at ; && || | and newlines,
+# and read word by word after any sudo/env/xargs/nice/time prefix.
+DESTRUCTIVE = {
+    "rm": "deletes files", "rmdir": "deletes folders", "unlink": "deletes a file", "shred": "destroys files",
+    "truncate": "empties files", "mkfs": "formats a disk", "dd": "writes raw bytes", "shutdown": "stops the machine",
+    "reboot": "restarts the machine", "sudo": "runs as root", "su": "runs as another user",
+}
+PREFIXES = {"env", "xargs", "nice", "nohup", "time", "command", "exec", "builtin", "doas"}
+SEGMENT = re.compile(r";|&&|\|\||\||\n|\$\(|`|\(|\)|&")
+
+
+def destructive(command: str) -> str | None:
+    """Why a shell command could destroy files (or more), or None. Deleting anything in the
+    workspace counts: the user says yes to it first (lesson 02)."""
+    if re.search(r"\b(curl|wget)\b[^|]*\|\s*(sudo\s+)?(ba|z|da)?sh\b", command):
+        return "runs a downloaded script"
+    if re.search(r":\(\)\s*\{|>\s*/dev/(sd|nvme|hd)|\bchmod\s+-R\b|\bchown\s+-R\b", command):
+        return "changes the machine itself"
+    for segment in SEGMENT.split(command):
+        try:
+            words = shlex.split(segment, comments=True)
+        except ValueError:  # an unbalanced quote: read it word by word all the same
+            words = segment.split()
+        words = [w for w in words if not re.fullmatch(r"\w+=.*", w)]  # FOO=bar before the command
+        for i, word in enumerate(words):
+            name = word.rsplit("/", 1)[-1].split(".")[0]  # /bin/rm, mkfs.ext4
+            if name in DESTRUCTIVE:
+                return f"`{name}` {DESTRUCTIVE[name]}"
+            rest = words[i + 1:]
+            if name == "find" and any(w in ("-delete", "-exec", "-execdir", "-ok") for w in rest):
+                return "`find` deletes or runs commands on what it finds"
+            if name == "git" and git_discards(rest):
+                return "`git` discards files or changes"
+            if name not in PREFIXES and not name.startswith("-"):
+                break  # the command word was not destructive; its arguments are not commands
+    return None
+
+
+def git_discards(args: list[str]) -> bool:
+    """git clean, git rm, git restore, git reset --hard, git checkout -f or of paths (`--`, `.`)."""
+    while args[:1] and args[0].startswith("-"):  # git's own options: -C DIR, -c KEY=VALUE, --no-pager
+        args = args[2:] if args[0] in ("-C", "-c") else args[1:]
+    sub = args[0] if args else ""
+    return (sub in ("clean", "rm", "restore") or (sub == "reset" and "--hard" in args)
+            or (sub == "checkout" and bool({"--", ".", "-f", "--force"} & set(args))))
+
+
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 
 
 def shell_argv(ws: Workspace, command: str) -> list[str]:
     """bash, inside bubblewrap when the workspace is sandboxed: the system folders read-only, the
-    workspace the one writable folder, no network, no other process visible."""
+    workspace the one writable folder (the agent's records, when inside it, read-only), no network,
+    no other process visible."""
     if not ws.sandbox:
         return ["bash", "-c", command]
     root = str(ws.root.resolve())
@@ -430,16 +322,22 @@ def shell_argv(ws: Workspace, command: str) -> list[str]:
             argv += ["--symlink", os.readlink(folder), folder]
         elif os.path.isdir(folder):
             argv += ["--ro-bind", folder, folder]
-    return argv + ["--bind", root, root, "--chdir", root, "--setenv", "HOME", root, "bash", "-c", command]
+    argv += ["--bind", root, root]
+    for kept in ws.protected:
+        if kept.exists():
+            argv += ["--ro-bind", str(kept), str(kept)]
+    return argv + ["--chdir", root, "--setenv", "HOME", root, "bash", "-c", command]
 
 
 def bash(ws: Workspace, command: str) -> str:
-    """Run a shell command in the workspace: no terminal input, its own process group (all of it is
-    stopped at the timeout or when it ends), a capped output."""
-    if DANGEROUS.search(command) and not ws.approve(command):
-        raise ToolError(f"refused a dangerous command: {command} (rerun the agent with --yes to allow it)")
+    """Run a shell command in the workspace: asked first when it could destroy files, no terminal
+    input, its own process group (all of it is stopped at the timeout or when it ends), a capped
+    output."""
     if "\0" in command:
         raise ValueError("embedded null byte")
+    why = destructive(command)
+    if why and not ws.approve(f"[tool] {printable(command, 200)} ({why}): run it?"):
+        raise ToolError(f"the user did not allow this command ({why}): {command}")
     with tempfile.TemporaryFile() as output:
         proc = subprocess.Popen(shell_argv(ws, command), cwd=ws.root, stdin=subprocess.DEVNULL, stdout=output,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -492,15 +390,6 @@ def edit_file(ws: Workspace, path: str, old: str, new: str) -> str:
     return f"edited {path}"
 
 
-def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
-    """A file's current text for the ladder to re-attach after a compaction, or None."""
-    try:
-        target = ws.path(path)
-        return target.read_text(encoding="utf-8") if target.is_file() and target.stat().st_size <= max_chars else None
-    except (ToolError, OSError, ValueError):
-        return None
-
-
 def _schema(name: str, description: str, **params: str) -> dict:
     properties = {p: {"type": "string", "description": d} for p, d in params.items()}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": {
@@ -516,27 +405,17 @@ TOOL_SCHEMAS = [
             old="text that occurs exactly once", new="replacement"),
     _schema("compact", "Compact the conversation now, keeping what matters for `focus`.",
             focus="what the summary must keep"),
-    _schema("recall", "Search the archive of compacted turns; pass a number like #12 to read one.",
-            query="words to find, or #N"),
 ]
-# The schemas go with every request, rendered by the server's template. Counted as their JSON: on
-# llama.cpp's function-calling template a first request was estimated within 3% (tests/live).
-SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
 
 
-def run_tool(ws: Workspace, name: str, arguments: str, archive: Archive | None = None) -> str:
+def run_tool(ws: Workspace, name: str, arguments: str) -> str:
     """Run one call; every failure becomes a result the model can read, and the loop goes on."""
     try:
         args = json.loads(arguments or "{}")
         if not isinstance(args, dict):
             raise ToolError("arguments must be a JSON object")
-        if name == "recall":
-            if archive is None:
-                raise ToolError("nothing is archived in this run")
-            query = str(args.get("query", ""))
-            return archive.read(int(query[1:])) if re.fullmatch(r"#\d+", query) else archive.search(query)
         if name not in TOOLS:
-            raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}, compact, recall")
+            raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}, compact")
         check_arguments(TOOLS[name], ws, args)
         return TOOLS[name](ws, **args)
     except json.JSONDecodeError as error:
@@ -556,9 +435,309 @@ def check_arguments(tool: Callable, ws: Workspace, args: dict) -> None:
         raise ToolError(f"arguments {', '.join(wrong)} of {tool.__name__} must be strings")
 
 
-# --------------------------------------------------------------------------------------------
-# Configuration: from the environment, which python-dotenv fills from .env
-# --------------------------------------------------------------------------------------------
+# --- The model and one task (lesson 02) ------------------------------------------------------
+
+
+def assistant_message(message) -> dict:
+    """The `openai` reply as a plain dict, the only shape the rest of the code knows. Fields a
+    server adds (a thinking model's reasoning_content) are kept as the server sent them."""
+    reply = {"role": "assistant", "content": safe_text(message.content or "")}
+    extra = getattr(message, "model_extra", None) or {}
+    reply.update({k: v for k, v in extra.items() if isinstance(v, str) and v and k not in reply})
+    if message.tool_calls:
+        reply["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+            "name": c.function.name, "arguments": safe_text(c.function.arguments or "{}")}} for c in message.tool_calls]
+    return reply
+
+
+def openai_model(client, model: str, prepare: Callable = list, **request) -> Callable[[list[dict], list[dict]], dict]:
+    """A model is any function (messages, tools) -> assistant message; this one asks a server.
+    `prepare` turns the history into what is sent; `request` adds options such as max_tokens."""
+    def call(messages: list[dict], tools: list[dict]) -> dict:
+        response = client.chat.completions.create(
+            model=model, messages=prepare(messages), **({"tools": tools, "tool_choice": "auto"} if tools else {}),
+            **request)
+        if not getattr(response, "choices", None):
+            raise ServerReplyError(f"the server answered without a reply: {str(response)[:120]}")
+        usage = getattr(response, "usage", None)
+        return {**assistant_message(response.choices[0].message), "usage": getattr(usage, "prompt_tokens", None)}
+    return call
+
+
+class ServerReplyError(Exception):
+    """The server answered 200 with something that is not a chat completion."""
+
+
+def one_task(argv: list[str] | None = None) -> int:
+    """The tutorial's agent on its own: one task, in this folder, against the server that
+    OPENAI_BASE_URL and OPENAI_API_KEY name. A fork of Layer 1 ends with `sys.exit(one_task())`;
+    the whole agent starts at `main` (Layer 2)."""
+    task = " ".join(sys.argv[1:] if argv is None else argv) or "Say what the files in this folder are for."
+    session = Session([{"role": "system", "content": SYSTEM_PROMPT}], tutorial_compaction())
+    model = openai_model(make_client(), os.environ.get("MODEL") or "gpt-4o-mini")
+    print(run(session, task, model, Workspace(Path("."))))
+    return 0
+
+
+# ════════════════════════════════════════════════════════════════════════════════════════════
+# Layer 2 · Real servers: what is sent, refusals, settings, the REPL, sessions, the demo
+# ════════════════════════════════════════════════════════════════════════════════════════════
+
+import argparse  # noqa: E402  each layer's imports stand at its start, so Layer 1 reads alone
+import hashlib  # noqa: E402
+import importlib  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import asdict, replace  # noqa: E402
+
+from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
+                     content_text, estimate_tokens, is_context_overflow, is_summary, leaving, model_configured,
+                     refused_size, sawtooth, snip_text, summarize_default, system_head, text_tokens, user_requests)
+
+# --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
+
+
+def outgoing(messages: list[dict], send_reasoning: bool = True) -> list[dict]:
+    """The one normalisation before sending. Assistant text is always a string (llama.cpp's server
+    answers HTTP 500 to null); two user messages in a row become one, since Gemma's and Mistral's
+    templates refuse them; reasoning goes back as it came (DeepSeek answers 400 without it after a
+    tool call), or never, for servers that reject the field (SEND_REASONING=0)."""
+    out: list[dict] = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            m = {**m, "content": content_text(m)}
+            if not send_reasoning:
+                m = {k: v for k, v in m.items() if k not in REASONING_FIELDS}
+        if out and m.get("role") == "user" and out[-1].get("role") == "user":
+            m = {"role": "user", "content": content_text(out.pop()) + "\n\n" + content_text(m)}
+        out.append(m)
+    return out
+
+
+def recall(ws: Workspace, query: str) -> str:
+    """The recall tool: search the archive of compacted turns, or read one by its number (#12)."""
+    if ws.archive is None:
+        raise ToolError("nothing is archived in this run")
+    return ws.archive.read(int(query[1:])) if re.fullmatch(r"#\d+", query) else ws.archive.search(query)
+
+
+TOOLS["recall"] = recall
+TOOL_SCHEMAS.append(_schema("recall", "Search the archive of compacted turns; pass a number like #12 to read one.",
+                            query="words to find, or #N"))
+# The schemas go with every request, rendered by the server's template. Counted as their JSON: on
+# llama.cpp's function-calling template a first request was estimated within 3% (tests/live).
+SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
+# A refusal that no retry can change: it is not sent again.
+PERMANENT = re.compile(r"requires --jinja|tools param requires|does not support tools", re.I)
+
+
+def retried_once(call: Callable) -> Callable:
+    """A request that failed for a passing reason (a timeout, a dropped connection, HTTP 429 or 5xx)
+    is sent once more, as the openai client would; a refusal that will not change is not
+    (llama-server --no-jinja answers HTTP 500 to every request with tools)."""
+    import openai
+
+    def once_more(messages: list[dict], tools: list[dict]) -> dict:
+        try:
+            return call(messages, tools)
+        except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as error:
+            if PERMANENT.search(str(error)):
+                raise
+            return call(messages, tools)
+    return once_more
+
+
+def server_model(config: Config, log=print) -> Callable:
+    """The model for a real server: the normalised request, max_tokens as the budget reserved, the
+    seconds while it thinks, and one line when the server's count shows the tools were dropped."""
+    model = retried_once(openai_model(make_client(config.timeout, max_retries=0), config.model,
+                                      prepare=lambda m: outgoing(m, config.send_reasoning),
+                                      max_tokens=config.reserved_output))
+    warned: list[bool] = []  # the dropped-tools line is said once a session
+
+    def call(messages: list[dict], tools: list[dict]) -> dict:
+        with waiting():
+            reply = model(messages, tools)
+        if not warned and tools_dropped(messages, reply):
+            warned.append(True)
+            log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=estimate_tokens(messages) + SCHEMA_TOKENS))
+        return reply
+    return call
+
+
+DROPPED_TOOLS = ("[tools] the server counted {counted:,} prompt tokens for a request estimated at ~{estimate:,} "
+                 "with the tool schemas: its chat template seems to have dropped the tool schemas, so the model "
+                 "cannot call tools. Use a model whose template renders tools, `llama-server --jinja`, or "
+                 "llama-cpp-python's `--chat_format chatml-function-calling`.")
+
+
+def tools_dropped(messages: list[dict], reply: dict) -> bool:
+    """The server saw far fewer tokens than the messages and the schemas hold, and no tool was
+    called: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
+    counted = reply.get("usage")
+    return (isinstance(counted, int) and counted > 0 and not reply.get("tool_calls")
+            and counted + SCHEMA_TOKENS // 2 < estimate_tokens(messages) + SCHEMA_TOKENS)
+
+
+@contextmanager
+def waiting(stream=None, label: str = "thinking"):
+    """Elapsed seconds on the terminal while the model thinks or a summary is made; nothing when
+    output is not a terminal."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    done, start = threading.Event(), time.monotonic()
+
+    def tick():
+        while not done.wait(1.0):
+            stream.write(f"\r[{label}] {time.monotonic() - start:.0f} s ")
+            stream.flush()
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        stream.write("\r" + " " * 24 + "\r")
+
+
+def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None) -> int:
+    """Tokens of the next request: the server's count of what it saw last time, plus an estimate of
+    the messages added since. When the history was rewritten, the estimate, scaled up by how much
+    the server's tokenizer counted over ours last time (never down). The first reply calibrates."""
+    estimate = estimate_tokens(messages) + SCHEMA_TOKENS
+    if not usage:
+        return estimate
+    seen, counted = usage
+    if len(seen) <= len(messages) and all(a is b for a, b in zip(seen, messages)):
+        return counted + sum(estimate_tokens([m]) - 3 for m in messages[len(seen):])
+    return round(estimate * max(1.0, counted / (estimate_tokens(seen) + SCHEMA_TOKENS)))
+
+
+def server_refused(error: Exception) -> int | None:
+    """The server's count when `error` is its "too long" refusal (0 when it gave none), else None."""
+    return (refused_size(error) or 0) if is_context_overflow(error) else None
+
+
+# --- Strategies: the one place that maps --strategy to a compaction (lessons 02-03) ----------
+
+TRIGGER = 0.7  # the sawtooth's token net: compact when the request passes this share of the window
+HARDEST = 3  # levels: 1 the strategy, now; 2 its smallest form; 3 every long message but the user's cut
+
+
+def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
+    """compact.sawtooth with the card's rule, the token net at TRIGGER of the window, the server's
+    count as the truth about size, and the archive written before the summarizer runs."""
+    state = CompactState()
+    limit = int(TRIGGER * (config.context_window - config.reserved_output)) - SCHEMA_TOKENS  # the messages' share
+
+    def fit(messages, focus=None, level=0, usage=None):
+        tokens = request_tokens(messages, usage) - SCHEMA_TOKENS
+        with waiting(label="compacting"):
+            return sawtooth(messages, summarize, threshold=config.threshold, keep_recent=1 if level >= 2 else
+                            config.keep_recent, max_tokens=limit, tokens=tokens, focus=focus, force=level >= 1,
+                            state=state, archive=archive)
+    return Compaction("sawtooth", fit, state=state, archive=archive)
+
+
+def no_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
+    """--strategy none: the history is sent as it grows, for comparison; a refusal then stands."""
+    return Compaction("none", lambda messages, focus=None, level=0, usage=None: messages, state=CompactState())
+
+
+STRATEGIES: dict[str, Callable[..., Compaction]] = {"sawtooth": sawtooth_compaction, "none": no_compaction}
+
+
+def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
+                    ws: Workspace | None = None) -> Compaction:
+    """The strategy `config` names, ready for the loop: refusals recognised, the hardest level,
+    a user message too large for the window handled the same way under every strategy."""
+    made = STRATEGIES[config.strategy](config, summarize or summarize_default, archive, ws)
+    strategy_fit, room = made.fit, user_room(config)
+
+    def fit(messages, focus=None, level=0, usage=None):
+        messages = fit_user_message(messages, room, archive)
+        if level > HARDEST or (level and made.name == "none"):
+            raise ContextOverflowError(
+                f"the request (~{request_tokens(messages, usage):,} tokens) still does not fit the server's "
+                f"window after compacting as far as {made.name} goes; raise the server's context size and "
+                "CONTEXT_WINDOW, or choose another strategy" if made.name != "none" else
+                f"the history (~{request_tokens(messages, usage):,} tokens) no longer fits the model's window "
+                "and --strategy none does not compact: choose another")
+        out = strategy_fit(messages, focus=focus, level=min(level, 2), usage=usage)
+        return shorten_for_window(out, archive, made.state) if level >= HARDEST else out
+    return replace(made, fit=fit, refused=server_refused,
+                   describe=lambda before, after, usage: describe_compaction(made, before, after, usage))
+
+
+def describe_compaction(made: Compaction, before: list[dict], after: list[dict], usage) -> str:
+    """The rest of the [compact] line: the request's size before and after; the ladder's steps."""
+    counted = "counted by the server, plus new messages" if usage else "estimated"
+    line = (f", request ~{request_tokens(before, usage):,} tokens ({counted}) → "
+            f"~{estimate_tokens(after) + SCHEMA_TOKENS:,} estimated")
+    for name, was, now, _ in getattr(made.state, "report", []):
+        line += f"\n          {name:<11} " + (f"{was - now:>+8,} tokens removed" if was > now else "nothing to do")
+    return line
+
+
+def user_room(config: Config) -> int:
+    """How many tokens one user message may take: half of what the window leaves for messages."""
+    return (config.context_window - config.reserved_output - SCHEMA_TOKENS - estimate_tokens(SYSTEM_PROMPT)) // 2
+
+
+CUT_MARK = "[… {n:,} characters of this message were cut to fit the window; the whole message is archived (recall #{k}) …]"
+
+
+def fit_user_message(messages: list[dict], room: int, archive: Archive | None) -> list[dict]:
+    """One rule for a user message larger than the window, under every strategy: archived whole,
+    the largest head and tail that fit are sent with a marker of what was cut, and the user is
+    told in one line. Without an archive the whole text would be lost, so it is refused."""
+    requests = user_requests(messages)
+    latest = requests[-1] if requests else None
+    if latest is None or text_tokens(content_text(latest)) <= room:
+        return messages
+    text = content_text(latest)
+    if archive is None:
+        raise ContextOverflowError(f"your message is ~{text_tokens(text):,} tokens and the window leaves "
+                                   f"~{room:,} for it: shorten it, or raise CONTEXT_WINDOW")
+    k = len(archive.records())
+    archive.append([latest], 0)
+    half = max(100, room * 3 // 2)  # characters at each end: about three a token, measured below
+    while half > 100 and text_tokens(text[:half] + text[-half:]) + 40 > room:
+        half = int(half * 0.8)
+    cut = f"{text[:half]}\n{CUT_MARK.format(n=len(text) - 2 * half, k=k)}\n{text[-half:]}"
+    print(f"[cut] your message (~{text_tokens(text):,} tokens) is larger than the window leaves for it "
+          f"(~{room:,}): the model sees its first and last {half:,} characters; "
+          f"the whole message is archived as #{k} in {archive.path}")
+    return [{**m, "content": cut} if m is latest else m for m in messages]
+
+
+def shorten_for_window(messages: list[dict], archive: Archive | None, state, max_chars: int = 200) -> list[dict]:
+    """The hardest level: every long message but the system prompt, a summary and the user's own
+    words is cut to `max_chars`, saying so, archived whole first. A server whose tokenizer counts
+    far more than our estimate (SmolLM2 on garbage output, ~3x) is met here."""
+    out = list(messages)
+    for i in range(system_head(messages), len(messages)):
+        m = messages[i]
+        if m.get("role") == "user":
+            continue
+        if len(content_text(m)) > max_chars:
+            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
+        if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
+            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
+                {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
+        out[i] = m
+    if not any(a is not b for a, b in zip(out, messages)):
+        return messages
+    if archive is not None:
+        archive.append(leaving(messages, out), getattr(state, "compactions", 0))
+    return out
+
+
+# --- Configuration: from the environment, which python-dotenv fills from .env ----------------
 
 
 class ConfigError(Exception):
@@ -570,18 +749,21 @@ class Config:
     model: str = "gpt-4o-mini"  # MODEL
     base_url: str | None = None  # OPENAI_BASE_URL; None is api.openai.com
     context_window: int = 128_000  # CONTEXT_WINDOW, in tokens
-    strategy: str = "sawtooth"  # --strategy, one of STRATEGIES
-    preset: str | None = None  # --preset: a design document's ladder (compact.PRESETS); its policy wins
+    strategy: str = "sawtooth"  # --strategy, one of STRATEGIES (a design document's preset too)
     threshold: int = THRESHOLD  # --threshold: the sawtooth compacts above this many messages
     keep_recent: int = KEEP_RECENT  # --keep-recent: messages the sawtooth keeps whole
     max_iterations: int = 50  # --max-iterations: model calls for one task
     send_reasoning: bool = True  # SEND_REASONING=0 for servers that reject `reasoning_content`
     timeout: float = 120.0  # REQUEST_TIMEOUT: seconds to wait for one model reply
     max_output: int = 0  # MAX_OUTPUT_TOKENS: the reply's limit and the budget's reserve; 0: 1/8 of the window
+    precise_tools: tuple[str, ...] = ()  # PRECISE_TOOLS, --precise-tools: results no step may compress
 
     @property
     def reserved_output(self) -> int:
         return self.max_output or self.context_window // 8
+
+
+YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def load_config(env: dict | None = None, **overrides) -> Config:
@@ -590,32 +772,28 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     base_url = env.get("OPENAI_BASE_URL") or None
     if base_url:
         check_base_url(base_url)
+    reasoning = (env.get("SEND_REASONING") or "1").strip().lower()
+    if reasoning not in YES + NO:
+        raise ConfigError(f"SEND_REASONING={reasoning!r} must be one of {', '.join(YES + NO)}")
     values = {"model": env.get("MODEL") or Config.model, "base_url": base_url,
               "context_window": whole_number(env, "CONTEXT_WINDOW", "128000", 1_000),
               "timeout": float(whole_number(env, "REQUEST_TIMEOUT", "120", 1)),
-              "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0),
-              "send_reasoning": env.get("SEND_REASONING", "1").strip().lower() not in ("0", "false", "no")}
+              "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0), "send_reasoning": reasoning in YES,
+              "precise_tools": tuple(t for t in re.split(r"[,\s]+", env.get("PRECISE_TOOLS") or "") if t)}
     values.update({k: v for k, v in overrides.items() if v is not None})
-    if values.get("preset"):  # ladder
-        values["strategy"] = preset_policy(values["preset"])  # ladder
     config = Config(**values)
     problems = [(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
                  f"{', '.join(STRATEGIES)}"),
                 (config.keep_recent < 1, f"--keep-recent {config.keep_recent}: keep at least 1 message"),
                 (config.threshold <= config.keep_recent, f"--threshold {config.threshold} must be larger than "
                  f"--keep-recent {config.keep_recent}"),
-                (config.max_iterations < 1, f"--max-iterations {config.max_iterations}: allow at least 1")]
+                (config.max_iterations < 1, f"--max-iterations {config.max_iterations}: allow at least 1"),
+                (config.reserved_output * 2 > config.context_window, f"MAX_OUTPUT_TOKENS={config.max_output} "
+                 f"leaves no room in CONTEXT_WINDOW={config.context_window}: keep it under half the window")]
     for wrong, message in problems:
         if wrong:
             raise ConfigError(message)
     return config
-
-
-def preset_policy(name: str) -> str:
-    """The policy a design document's preset runs, or a one-line error for an unknown name."""
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name].get("policy", "layered")
 
 
 def whole_number(env: dict, name: str, default: str, least: int) -> int:
@@ -658,36 +836,39 @@ def load_env(path: Path | None = None) -> None:
     load_dotenv(found, encoding="utf-8")
 
 
-# --------------------------------------------------------------------------------------------
-# Sessions: made, saved after every turn, resumed
-# --------------------------------------------------------------------------------------------
+# --- Sessions: the agent's records live outside the workspace, saved after every turn --------
+
+
+def records_folder(ws_root: Path, label: str = "") -> Path:
+    """Where the session file and the archive of one workspace live: under $XDG_STATE_HOME (or
+    ~/.local/state), outside the workspace, where bash and the file tools cannot reach them."""
+    root = ws_root.resolve()
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "tiny-agent"
+    key = hashlib.sha256(str(root).encode()).hexdigest()[:10]
+    folder = base / "-".join(filter(None, [root.name or "root", key, label]))
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def new_session(config: Config, summarize: Callable | None = None, archive_dir=None,
                 ws: Workspace | None = None) -> Session:
-    """A session with the system prompt, an archive when a folder is given, and the strategy's
-    compaction function; the ladder re-attaches recent files from the workspace."""
-    archive = None  # the sawtooth alone keeps no archive
-    archive = Archive.in_folder(archive_dir) if archive_dir else None  # ladder
-    reattach = (lambda path: current_text(ws, path)) if ws else None
-    compact, compactor = make_compaction(config, summarize or summarize_default, archive, reattach)
-    admit = compactor.admit_tool_result if compactor and config.strategy == "zones" else None
-    return Session([{"role": "system", "content": SYSTEM_PROMPT}], config, compact, compactor, archive, admit)
+    """A session with the system prompt and the strategy's compaction; an archive when a folder is
+    given, which the recall tool of `ws` then reads."""
+    archive = Archive.in_folder(archive_dir) if archive_dir else None
+    if ws is not None:
+        ws.archive = archive
+    compaction = make_compaction(config, summarize, archive, ws)
+    return Session([{"role": "system", "content": SYSTEM_PROMPT}], compaction, config.max_iterations)
 
 
-def session_folder(ws_root: Path) -> Path:
-    folder = ws_root / ".tiny_agent"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
-
-
-def save_session(session: Session, folder: Path) -> Path:
-    """Write the history and the compactor's state atomically (a crash leaves the old file whole),
-    owner-only. No setting or key is written, only what the conversation holds."""
+def save_session(session: Session, config: Config, folder: Path) -> Path:
+    """Write the history, the strategy and the compaction's state atomically (a crash leaves the old
+    file whole), owner-only. No setting or key is written, only what the conversation holds."""
     path = folder / "session.json"
-    data = {"version": 1, "strategy": session.config.strategy, "messages": session.messages,
-            "state": asdict(session.compactor.state) if session.compactor else None,
-            "archive": str(session.archive.path) if session.archive else None}
+    c = session.compaction
+    data = {"version": 2, "strategy": c.name, "messages": session.messages,
+            "state": asdict(c.state) if c.state is not None else None,
+            "archive": str(c.archive.path) if c.archive is not None else None}
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=".session-")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, ensure_ascii=False)
@@ -697,153 +878,192 @@ def save_session(session: Session, folder: Path) -> Path:
     return path
 
 
-def resume_session(session: Session, folder: Path) -> None:
-    """Continue the saved history; a damaged file gets one line and is left as it is."""
+def read_session(folder: Path) -> dict:
+    """The saved session, checked; a damaged file gets one line and is left as it is."""
     path = folder / "session.json"
     if not path.exists():
-        raise ConfigError(f"no saved session in {folder}; run without --resume first")
+        raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        messages, state, archive = data["messages"], data.get("state"), data.get("archive")
-        check_messages(messages)  # a list of dicts, each with a role a server knows
-        state = CompactState(**state) if state else None  # ladder
-        archive = Path(archive) if archive else None
+        check_messages(data["messages"])  # a list of dicts, each with a role a server knows
+        data["state"] = CompactState(**data["state"]) if data.get("state") else None
+        data["strategy"] = str(data.get("strategy") or "sawtooth")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise ConfigError(f"{path} is damaged and was left untouched; move it away to start afresh") from None
-    session.messages = messages
-    if session.compactor is not None and state and data.get("strategy") == session.config.strategy:
-        session.compactor.state = state
-    # the tools may write in the workspace: an archive is only ever appended to inside the agent's folder
-    if archive and session.archive is not None and archive.parent == session.archive.path.parent:
-        session.archive.path = archive
+    return data
 
 
-# --------------------------------------------------------------------------------------------
-# The REPL and its commands
-# --------------------------------------------------------------------------------------------
+def resume_session(session: Session, data: dict) -> None:
+    """Continue a saved session: its history, its compaction's state and its archive file."""
+    session.messages = data["messages"]
+    c = session.compaction
+    if data["state"] is not None and c.state is not None and data["strategy"] == c.name:
+        c.state.__dict__.update(data["state"].__dict__)
+    archive = Path(data["archive"]) if data.get("archive") else None
+    # only ever append to an archive inside the agent's own records folder
+    if archive and c.archive is not None and archive.parent == c.archive.path.parent:
+        c.archive.path = archive
+
+
+# --- The REPL and its commands ---------------------------------------------------------------
 
 HELP = """/help                 this list
-/context              what the next request holds, by kind, against the window
+/context              what the next request holds, by kind, against the window, and the compactions so far
 /compact [focus]      compact now, keeping what matters for the focus
 /strategy NAME        switch the compaction strategy for the rest of the session
-/exit                 quit (Ctrl-D too); Ctrl-C stops the current turn"""
+/exit                 quit (Ctrl-D too); Ctrl-C stops the current turn, and at a prompt clears the line"""
 
 
-def repl(session: Session, model: Callable, ws: Workspace, folder: Path | None = None, read=input) -> None:
-    """Questions one after another; the history and the compactor's state carry across them. A
+def read_line(prompt: str) -> str | None:
+    """One line from the terminal, with line editing and history where Python has readline, so a
+    paste of any length arrives whole; bytes that are not UTF-8 become U+FFFD. None on Ctrl-D."""
+    try:
+        importlib.import_module("readline")  # importing it turns line editing on for input()
+    except ImportError:
+        pass
+    try:
+        return safe_text(input(prompt))
+    except EOFError:
+        print()
+        return None
+
+
+def repl(session: Session, config: Config, model: Callable, ws: Workspace, folder: Path | None = None,
+         read=read_line) -> None:
+    """Questions one after another; the history and the compaction's state carry across them. A
     turn that fails or is interrupted ends with one line, and the session goes on."""
-    print(f"[repl] model {session.config.model}, strategy {session.config.strategy}. /help lists the "
-          "commands; /exit or Ctrl-D quits.")
+    print(f"[repl] model {config.model}, strategy {session.compaction.name}. /help lists the commands; "
+          "/exit or Ctrl-D quits.")
     while True:
         try:
-            line = read("you> ").strip()
-        except EOFError:
-            print()
-            return
+            line = read("you> ")
         except KeyboardInterrupt:
             print()
             continue
+        if line is None:
+            return
+        line = line.strip()
         if not line:
             continue
         if line.startswith("/"):
-            done = command(session, line, ws) == "exit"
-            if folder is not None and len(session.messages) > 1:
-                save_session(session, folder)  # /compact and /strategy last too
-            if done:
-                return
-            continue
-        turn(session, line, model, ws)
-        if folder is not None:
-            save_session(session, folder)
+            config, done = command(session, config, line, ws)
+        else:
+            done = turn(session, config, line, model, ws)
+        if folder is not None and len(session.messages) > 1:
+            save_session(session, config, folder)  # after every turn and command, /compact and /strategy too
+        if done:
+            return
 
 
-def turn(session: Session, question: str, model: Callable, ws: Workspace) -> None:
-    """One question in the REPL: its answer, or one line saying why there is none."""
+def turn(session: Session, config: Config, question: str, model: Callable, ws: Workspace) -> bool:
+    """One question in the REPL: its answer, or one line saying why there is none. A question the
+    server never answered leaves the history, so a retry is not a second user message in a row."""
     import openai
+    size = len(session.messages)
     try:
         print(f"agent> {run(session, question, model, ws)}")
     except KeyboardInterrupt:
         print("\n[interrupted] the turn was stopped; the history is kept")
     except (openai.OpenAIError, ServerReplyError, ContextOverflowError) as error:
-        print(f"error: {diagnose(error, session.config)}")
+        if len(session.messages) == size + 1 and session.messages[-1].get("role") == "user":
+            session.messages.pop()  # unanswered: ↑ brings the question back to send it again
+        print(f"error: {diagnose(error, config)}")
+    return False
 
 
-def command(session: Session, line: str, ws: Workspace) -> str | None:
-    """Run one slash command; returns "exit" for /exit."""
+def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple[Config, bool]:
+    """Run one slash command; returns the (perhaps new) settings and whether to quit."""
     name, _, rest = line.partition(" ")
     if name in ("/exit", "/quit"):
-        return "exit"
+        return config, True
     if name == "/context":
-        print(context_meter(session))
+        print(context_meter(session, config))
     elif name == "/compact":
         before = session.messages
-        compact_now(session, focus=rest.strip() or None, force=1)
+        try:
+            compact_now(session, focus=rest.strip() or None, level=1)
+        except KeyboardInterrupt:
+            print("\n[interrupted] the compaction was stopped; the history is as it was")
+        except ContextOverflowError as error:
+            print(f"error: {error}")
         if session.messages is before:
-            print("[compact] nothing to compact yet")
+            print(f"[compact] nothing to compact yet: {nothing_to_compact(session.messages)}")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
-        config = replace(session.config, strategy=rest.strip())
-        fresh = new_session(config, archive_dir=session.archive.path.parent if session.archive else None, ws=ws)
-        session.config, session.compact, session.compactor, session.admit = (
-            config, fresh.compact, fresh.compactor, fresh.admit)
+        config = replace(config, strategy=rest.strip())
+        archive = session.compaction.archive
+        session.compaction = make_compaction(config, archive=archive, ws=ws)
         print(f"[strategy] {config.strategy} from now on")
     elif name == "/strategy":
         print(f"choose one of {', '.join(STRATEGIES)}")
-    else:
+    elif name == "/help":
         print(HELP)
-    return None
+    else:
+        print(f"unknown command {name}; the commands are:\n{HELP}")
+    return config, False
 
 
-def context_meter(session: Session, width: int = 40) -> str:
-    """What the next request holds, by kind, in tokens and as a share of the window."""
+def nothing_to_compact(messages: list[dict]) -> str:
+    """Why a forced compaction changed nothing, in words."""
+    head = system_head(messages)
+    return (f"the history is {len(messages) - head} message{'s' * (len(messages) - head != 1)} after the system "
+            "prompt, and the newest turn is always kept whole")
+
+
+def context_meter(session: Session, config: Config, width: int = 40) -> str:
+    """What the next request holds, by kind, in tokens and as a share of the window; then the
+    compactions so far, what they saved, and any summarizer failure."""
     kinds = {"system prompt": 0, "tool schemas": SCHEMA_TOKENS, "summary": 0, "pinned constraints": 0,
              "tool results": 0, "other messages": 0}
-    pins = estimate_tokens(pins_text(session.compactor.state.pinned, 10**9)) if session.compactor else 0
+    c = session.compaction
     for i, m in enumerate(session.messages):
-        size = estimate_tokens([m]) - 3
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")
-        kinds[kind] += size
+        kinds[kind] += estimate_tokens([m]) - 3
+    trigger, pins, stats = c.meter(session.messages) if c.meter else (
+        config.context_window if c.name == "none" else int(TRIGGER * (config.context_window - config.reserved_output)),
+        0, sawtooth_stats(c.state))
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
-    window, total = session.config.context_window, sum(kinds.values())
-    share = trigger_tokens(session) / window
+    window, total = config.context_window, sum(kinds.values())
+    share = trigger / window
     lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}"
              + (f"; the server counted {session.usage[1]:,} for the last request" if session.usage else "")]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
     lines.append(f"  {'':<19} {'':>8}  {'·' * mark}▲ trigger{' ' * max(0, width - mark - 10)}| window")
-    return "\n".join(lines)
+    return "\n".join(lines + [stats])
 
 
-def trigger_tokens(session: Session) -> int:
-    """The size of request at which the session's strategy compacts, in tokens."""
-    config, c = session.config, session.compactor
-    if config.strategy == "none":
-        return config.context_window
-    if c is None:
-        return int(TRIGGER * (config.context_window - config.reserved_output))
-    start = c.lossless_at if c.policy == "zones" else c.trigger
-    head = estimate_tokens(session.messages[:system_head(session.messages)]) - 3
-    return int(start * c.budget.effective(session.messages)) + c.fixed_tokens + head
+def sawtooth_stats(s: CompactState) -> str:
+    """The compactions so far in one line: how many, what they saved, any summarizer failure."""
+    text = f"[stats] {s.compactions} compaction{'s' * (s.compactions != 1)}, ~{s.tokens_saved:,} tokens saved"
+    return text + (f"; summarizer failures: {s.failures}, the last: {s.last_error}" if s.failures else "")
 
 
-# --------------------------------------------------------------------------------------------
-# The command line: the offline demo, one task, or a REPL
-# --------------------------------------------------------------------------------------------
+# --- The command line: the offline demo, one task, or a REPL ---------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """A wrong option is one line that says what to do, not five lines of usage."""
+        self.exit(2, f"error: {message} (see python tiny_agent.py --help)\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; every option falls back to .env and then to the defaults in Config."""
-    p = argparse.ArgumentParser(description="A tiny agent whose context is compacted on every iteration.")
+    p = Parser(description="A tiny agent whose context is compacted on every iteration.")
     p.add_argument("task", nargs="?", help="one task to run; without it, a REPL (or the demo with no model)")
-    p.add_argument("--strategy", choices=STRATEGIES, help="how to compact (default: sawtooth)")
-    p.set_defaults(preset=None)
-    p.add_argument("--preset", choices=list(PRESETS), help="a design document's ladder, with its numbers")  # ladder
-    p.add_argument("--demo", action="store_true", help="run the offline demo even if a model is configured")
+    p.add_argument("--strategy", choices=list(STRATEGIES), metavar="NAME",
+                   help=f"how to compact: {', '.join(STRATEGIES)} (default: sawtooth)")
+    p.add_argument("--preset", dest="strategy", choices=list(STRATEGIES), metavar="NAME",
+                   help="the same as --strategy, for a design document's preset (evo-agent, five-layer, ...)")
+    p.add_argument("--demo", action="store_true", help="run the offline demo model, even if a model is configured")
+    p.add_argument("--repl", action="store_true", help="with --demo: a REPL driven by the demo model, on a temporary copy")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
-    p.add_argument("--yes", action="store_true", help="run dangerous shell commands without asking")
-    p.add_argument("--resume", action="store_true", help="continue the session saved in WORKSPACE/.tiny_agent")
+    p.add_argument("--yes", action="store_true", help="run commands that could destroy files without asking")
+    p.add_argument("--resume", action="store_true", help="continue the session saved for this workspace")
+    p.add_argument("--precise-tools", help="comma-separated tools whose results are never compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
     p.add_argument("--threshold", type=int, help=f"sawtooth: compact above this many messages (default: {THRESHOLD})")
@@ -853,34 +1073,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """The demo without a model; with one, a task or a REPL. User errors end in one line."""
-    args = parse_args(argv)
     import openai
+    args = parse_args([safe_text(a) for a in (sys.argv[1:] if argv is None else argv)])
     config = None
     try:
         load_env()
-        if not Path(args.workspace).is_dir():
-            raise ConfigError(f"--workspace {args.workspace}: no such folder")
-        config = load_config(strategy=args.strategy, preset=args.preset, max_iterations=args.max_iterations,
-                             threshold=args.threshold, keep_recent=args.keep_recent)
+        workspace = Path(args.workspace)
+        if not workspace.is_dir():
+            raise ConfigError(f"--workspace {args.workspace}: " + ("is a file, not a folder" if workspace.exists()
+                                                                  else "no such folder"))
+        precise = tuple(t for t in re.split(r"[,\s]+", args.precise_tools or "") if t) or None
+        config = load_config(strategy=args.strategy, max_iterations=args.max_iterations, threshold=args.threshold,
+                             keep_recent=args.keep_recent, precise_tools=precise)
         if args.demo or not model_configured():
-            if args.task:
-                print("[demo] no model is configured, so the task is not run; see README: plug in a model")
-            run_demo(replace(config, context_window=DEMO_WINDOW, max_iterations=args.max_iterations or DEMO_ITERATIONS))
-            return 0
-        ws = Workspace(Path(args.workspace), approve=(lambda _: True) if args.yes else ask_on_terminal)
-        model = openai_model(make_client(timeout=config.timeout), config.model, config.send_reasoning,
-                             config.reserved_output)
-        folder = session_folder(ws.root)
+            return demo(args, config)
+        ws = Workspace(workspace, approve=(lambda _: True) if args.yes else ask_on_terminal)
+        folder = records_folder(ws.root)
+        saved = read_session(folder) if args.resume else None
+        if saved and not args.strategy:
+            config = replace(config, strategy=saved["strategy"])  # resume what the session chose
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
-        if args.resume:
-            resume_session(session, folder)
-        print(f"[shell] {'bash runs inside bubblewrap: only the workspace is writable, no network' if ws.sandbox else 'bash is NOT confined (install bubblewrap to confine it); dangerous commands are asked about'}")
+        if saved:
+            resume_session(session, saved)
+            print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}"
+                  + (f" (the session was saved with {saved['strategy']}; its state starts afresh)"
+                     if saved["strategy"] != config.strategy else ""))
+        print(f"[shell] {shell_mode(ws)}")
+        model = server_model(config)
         if args.task:
             answer = run(session, args.task, model, ws)
-            save_session(session, folder)
+            save_session(session, config, folder)
             finish(session, answer)
         else:
-            repl(session, model, ws, folder)
+            repl(session, config, model, ws, folder)
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -888,6 +1113,15 @@ def main(argv: list[str] | None = None) -> int:
         return fail(diagnose(error, config or Config()))
     except KeyboardInterrupt:
         return fail("interrupted")
+    except BrokenPipeError:  # `python tiny_agent.py ... | head`: the reader left, nothing to say
+        sys.stdout = None
+        return 0
+
+
+def shell_mode(ws: Workspace) -> str:
+    if ws.sandbox:
+        return "bash runs inside bubblewrap: only the workspace is writable, no network"
+    return "bash is NOT confined (install bubblewrap to confine it); commands that could destroy files are asked about"
 
 
 def diagnose(error: Exception, config: Config) -> str:
@@ -901,6 +1135,9 @@ def diagnose(error: Exception, config: Config) -> str:
         return f"cannot reach {where}: start the server or fix OPENAI_BASE_URL in .env"
     if isinstance(error, openai.AuthenticationError):
         return "the server refused the API key: set OPENAI_API_KEY in .env"
+    if isinstance(error, openai.APIStatusError) and PERMANENT.search(str(error)):
+        return (f"the server refuses requests with tools ({first_line(error, 80)}): restart llama-server with "
+                "--jinja, or use a server and model whose chat template renders tools")
     if isinstance(error, openai.NotFoundError):
         if re.search(r"model", str(error), re.I) and not re.search(r"File Not Found|<html|Cannot POST", str(error)):
             return f"the server has no model {config.model!r}: set MODEL in .env"
@@ -908,9 +1145,15 @@ def diagnose(error: Exception, config: Config) -> str:
                 f"in /v1, for example {where.rstrip('/')}/v1")
     if isinstance(error, openai.APIStatusError):
         return f"the server answered HTTP {error.status_code}: {first_line(error, 200)}"
-    if isinstance(error, openai.APIResponseValidationError) or isinstance(error, ServerReplyError):
-        return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}"
+    if isinstance(error, (openai.APIResponseValidationError, ServerReplyError)):
+        hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({where.rstrip('/')}/v1)"
+        return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}{hint}"
     return first_line(error, 300)
+
+
+def first_line(error: Exception, width: int = 160) -> str:
+    text = " ".join(str(error).split())
+    return text[:width] + ("…" if len(text) > width else "")
 
 
 def fail(message: str) -> int:
@@ -918,20 +1161,24 @@ def fail(message: str) -> int:
     return 1
 
 
-# --------------------------------------------------------------------------------------------
-# The offline demo: a deterministic stand-in for a model, on a copy of this project
-# --------------------------------------------------------------------------------------------
+# --- The offline demo: a deterministic stand-in for a model, on a copy of this project -------
 
+HERE = Path(__file__).resolve().parent
 DEMO_TASK = "Survey this project's Python files: lines, functions, longest function, TODOs. Write REPORT.md."
 DEMO_WINDOW, DEMO_ITERATIONS = 40_000, 100
+
+
+class ContextLengthExceeded(Exception):
+    """What the demo model raises, worded like a real server's HTTP 400, when a request is too long."""
 
 
 @dataclass
 class DemoModel:
     """The offline stand-in for a language model, and the only one in this project: a fixed,
     deterministic plan that surveys the project's Python files with real tool calls, reads the
-    real results, and writes REPORT.md. Like a real server it refuses requests over `window`.
-    Unlike a real model it keeps its findings in `notes`, so its report survives compaction."""
+    real results, and writes REPORT.md; asked again (the demo REPL), it surveys again. Like a real
+    server it reports the prompt's size and refuses requests over `window`. Unlike a real model it
+    keeps its findings in `notes`, so its report survives compaction."""
 
     window: int = DEMO_WINDOW
     queue: list[str] = field(default_factory=list)
@@ -941,14 +1188,16 @@ class DemoModel:
     calls: int = 0
 
     def __call__(self, messages: list[dict], tools: list[dict]) -> dict:
-        size = estimate_tokens(messages)
+        size = estimate_tokens(messages) + (estimate_tokens(json.dumps(tools)) if tools else 0)
         if size > self.window:
             raise ContextLengthExceeded(
                 f"Error code: 400 - {{'error': {{'message': \"This model's maximum context length is "
                 f"{self.window} tokens. However, your messages resulted in {size} tokens.\", "
                 f"'type': 'invalid_request_error', 'code': 'context_length_exceeded'}}}}")
+        if self.stage == "done" and messages[-1].get("role") == "user":
+            self.stage = "list"  # a new question: the only thing this stand-in can do is survey again
         self.read_results(messages)
-        return self.next_step()
+        return {**self.next_step(), "usage": size}
 
     def read_results(self, messages: list[dict]) -> None:
         """Take what the last calls returned from the newest tool results (never compacted away)."""
@@ -1020,11 +1269,9 @@ def purpose_of(text: str) -> str:
     return match.group(1).strip().rstrip('."')[:80] if match else ""
 
 
-def run_demo(config: Config, log=print) -> Session:
-    """The main job with no model: the demo model surveys a temporary copy of this project, and the
-    report it wrote there is printed before the copy is deleted."""
-    log("[demo] No OPENAI_API_KEY or OPENAI_BASE_URL: running the offline demo. The model is a")
-    log("[demo] deterministic stand-in, not a language model; the tools and files are real.")
+@contextmanager
+def demo_copy():
+    """A temporary copy of this project for the demo model to survey; deleted afterwards."""
     with tempfile.TemporaryDirectory(prefix="tiny-agent-demo-") as folder:
         for name in ("compact.py", "tiny_agent.py", "lessons", "tests"):
             source = HERE / name
@@ -1032,10 +1279,53 @@ def run_demo(config: Config, log=print) -> Session:
                 shutil.copytree(source, Path(folder) / name, ignore=shutil.ignore_patterns("__pycache__", "live"))
             elif source.exists():
                 shutil.copy(source, folder)
-        ws = Workspace(Path(folder))
-        session = new_session(config, archive_dir=Path(folder) / ".archive", ws=ws)
+        yield Path(folder)
+
+
+DEMO_SAYS = ("[demo] The model is a deterministic stand-in, not a language model; the tools and files are "
+             "real, on a temporary copy of this project.")
+
+
+def demo(args: argparse.Namespace, config: Config) -> int:
+    """The demo, once or as a REPL; options that cannot apply to it say so in one line."""
+    config = replace(config, context_window=DEMO_WINDOW, max_iterations=args.max_iterations or DEMO_ITERATIONS)
+    configured = model_configured()
+    if args.task:
+        print("[demo] --demo runs the offline demo model, so the task is not run" if configured else
+              "[demo] no model is configured (OPENAI_API_KEY or OPENAI_BASE_URL), so the task is not run; "
+              "see README: plug in a model")
+    if args.workspace != ".":
+        print("[demo] --workspace applies to a real model; the demo works on a temporary copy of this project")
+    if not args.repl:
+        if args.resume:
+            print("[demo] --resume continues a REPL session: add --repl (python tiny_agent.py --demo --repl --resume)")
+        run_demo(config)
+        return 0
+    with demo_copy() as folder:
+        ws = Workspace(folder)
+        records = records_folder(HERE, label="demo")
+        saved = read_session(records) if args.resume else None
+        session = new_session(replace(config, strategy=saved["strategy"]) if saved and not args.strategy else config,
+                              archive_dir=records / "archive", ws=ws)
+        if saved:
+            resume_session(session, saved)
+        print(DEMO_SAYS + f"\n[shell] {shell_mode(ws)}")
+        repl(session, config, DemoModel(window=config.context_window), ws, records)
+    return 0
+
+
+def run_demo(config: Config, log=print) -> Session:
+    """The main job with no model: the demo model surveys a temporary copy of this project, and the
+    report it wrote there is printed before the copy is deleted."""
+    log("[demo] No OPENAI_API_KEY or OPENAI_BASE_URL: running the offline demo." if not model_configured()
+        else "[demo] --demo: running the offline demo, not the configured model.")
+    log(DEMO_SAYS)
+    with demo_copy() as folder:
+        ws = Workspace(folder)
+        log(f"[shell] {shell_mode(ws)}")
+        session = new_session(config, archive_dir=folder / ".archive", ws=ws)
         answer = run(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
-        report = Path(folder) / "REPORT.md"
+        report = folder / "REPORT.md"
         log("\n" + (report.read_text(encoding="utf-8") if report.exists() else "(no REPORT.md was written)"))
     log("[demo] the copy and its REPORT.md were temporary and are deleted; the table above is the report.")
     finish(session, answer, log)
@@ -1045,9 +1335,10 @@ def run_demo(config: Config, log=print) -> Session:
 def finish(session: Session, answer: str, log=print) -> None:
     log(f"[answer] {answer}\n")
     log(sawtooth_chart(session.sent))
-    log(f"[done] {len(session.sent)} requests, {session.compactions} compactions, at most "
-        f"{max((n for n, _ in session.sent), default=0)} messages and "
-        f"~{max((t for _, t in session.sent), default=0):,} tokens sent at once ({session.config.strategy}).")
+    n = len(session.sent)
+    log(f"[done] {n} request{'s' * (n != 1)}, {session.compactions} compaction{'s' * (session.compactions != 1)}, "
+        f"at most {max((m for m, _ in session.sent), default=0)} messages and "
+        f"~{max((t for _, t in session.sent), default=0):,} tokens sent at once ({session.compaction.name}).")
 
 
 def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:
@@ -1056,7 +1347,7 @@ def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:
     if not sent:
         return ""
     tokens = [t for _, t in sent]
-    top = max(tokens)
+    top = max(tokens) or 1
     rows = []
     for level in range(height, 0, -1):
         threshold = top * level / height
@@ -1067,6 +1358,52 @@ def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:
                 + " ".join(str(n) for n, _ in sent[:40]) + (" …" if len(sent) > 40 else ""))
     return "\n".join(rows)
 
+
+# ════════════════════════════════════════════════════════════════════════════════════════════
+# Layer 3 · The ladder: compact.py's Part III as strategies of the agent (lessons 05-16)
+# ════════════════════════════════════════════════════════════════════════════════════════════
+
+from compact import POLICIES, PRESETS, Compactor, pins_text  # noqa: E402
+
+
+def ladder_compaction(config: Config, summarize: Callable, archive: Archive | None,
+                      ws: Workspace | None = None) -> Compaction:
+    """A Compactor for --strategy layered|hybrid|zones or a design document's preset: the server's
+    count calibrates it, level 2 goes straight to the last resort, the recent files it re-attaches
+    are read from the workspace, and zones summarizes a large tool output as it enters."""
+    settings = dict(context_window=config.context_window, reserved_output=config.reserved_output,
+                    fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
+                    reattach=(lambda path: current_text(ws, path)) if ws else None)
+    if config.precise_tools:
+        settings["precise_tools"] = config.precise_tools
+    compactor = (Compactor.from_seed(config.strategy, **settings) if config.strategy in PRESETS else
+                 Compactor(policy=config.strategy, keep_recent=config.keep_recent, **settings))
+
+    def fit(messages, focus=None, level=0, usage=None):
+        if level >= 2:  # straight to the last resort: the pins, the summary and the latest turn
+            return compactor.compact(messages, focus=focus, force=True, only=("reasoning", "last resort"))
+        return compactor.compact(messages, focus=focus, force=level >= 1,
+                                 used=request_tokens(messages, usage) if usage else None)
+
+    def meter(messages):
+        start = compactor.lossless_at if compactor.policy == "zones" else compactor.trigger
+        head = estimate_tokens(messages[:system_head(messages)]) - 3
+        trigger = int(start * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
+        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compactor.stats()
+    admit = compactor.admit_tool_result if compactor.policy == "zones" else (lambda call, output: output)
+    return Compaction(config.strategy, fit, admit=admit, state=compactor.state, archive=archive, meter=meter)
+
+
+def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
+    """A file's current text for the ladder to re-attach after a compaction, or None."""
+    try:
+        target = ws.path(path)
+        return target.read_text(encoding="utf-8") if target.is_file() and target.stat().st_size <= max_chars else None
+    except (ToolError, OSError, ValueError):
+        return None
+
+
+STRATEGIES.update({name: ladder_compaction for name in (*POLICIES, *PRESETS)})
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -307,5 +307,5 @@ def test_a_message_without_a_valid_role_is_refused_naming_its_index(bad):
         with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
             compact.Compactor(policy=policy).compact(messages)
     with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
-        compact.compact_messages(messages)
+        compact.sawtooth(messages)
     assert compact.find_problems(messages) == ["message 3: no valid role (one of system, user, assistant, tool)"]

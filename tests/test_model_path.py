@@ -11,7 +11,7 @@ import pytest
 
 import compact
 import tiny_agent
-from compact import (compact_messages, find_problems, is_summary, summarize_offline, summarize_with_model,
+from compact import (sawtooth, find_problems, is_summary, summarize_offline, summarize_with_model,
                      summary_message)
 from conftest import chat_response
 from tiny_agent import Config, Workspace, new_session, openai_model
@@ -56,7 +56,7 @@ def test_the_summary_request_has_no_tools_a_low_temperature_and_the_summary_mode
     server = fake_openai(summaries)
     if env:
         monkeypatch.setenv("SUMMARY_MODEL", env)
-    out = compact_messages(work(20))  # summarize=None: a model is configured, so the model summarizes
+    out = sawtooth(work(20))  # summarize=None: a model is configured, so the model summarizes
     [body] = server.requests
     assert "tools" not in body and body["temperature"] == 0.1 and body["model"] == model
     assert "MODEL-SUMMARY" in out[1]["content"]
@@ -127,7 +127,7 @@ def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_ope
     messages = work(20)  # 42 messages: the tail is the last 6, from index 36; the task is in the middle
     failure(fake_openai, monkeypatch)
     note = "The user's latest request, verbatim:\nRead the notes and tell me what they say."
-    assert compact_messages(messages) == [SYSTEM, summary_message(summarize_offline(messages[1:36]), note),
+    assert sawtooth(messages) == [SYSTEM, summary_message(summarize_offline(messages[1:36]), note),
                                           *messages[36:]]
     assert "[compact] summary model failed" in capsys.readouterr().err
 

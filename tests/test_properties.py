@@ -198,7 +198,7 @@ def check_compaction(before: list[dict], out: list[dict], valid_input: bool, sum
 
 
 def run_sawtooth(messages, threshold, keep_recent):
-    return compact.compact_messages(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
+    return compact.sawtooth(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
 
 
 def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: int) -> bool:

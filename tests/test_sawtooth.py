@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from compact import (LOST_RESULT, compact_messages, find_cut, find_problems, is_summary,
+from compact import (LOST_RESULT, sawtooth, find_cut, find_problems, is_summary,
                      parse_summary, summarize_offline, summarize_structured, summary_body)
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -60,14 +60,14 @@ class Recorder:
 @pytest.mark.parametrize("n", [3, 29, 30])
 def test_at_or_below_the_threshold_nothing_changes(n):
     messages, summarize = history(n), Recorder()
-    assert compact_messages(messages, summarize) is messages
+    assert sawtooth(messages, summarize) is messages
     assert messages == history(n)
     assert summarize.middles == []
 
 
 def test_one_message_over_the_threshold_is_compacted_to_system_summary_and_tail():
     messages, summarize = history(31), Recorder()
-    out = compact_messages(messages, summarize)
+    out = sawtooth(messages, summarize)
     # the plain cut 31 - 6 = 25 lands on a tool result, so the tail starts at its call, 24
     assert messages[25]["role"] == "tool" and messages[24]["tool_calls"]
     assert out[0] == SYSTEM and is_summary(out[1]) and out[2:] == messages[24:]
@@ -76,29 +76,29 @@ def test_one_message_over_the_threshold_is_compacted_to_system_summary_and_tail(
 
 def test_the_summarizer_is_called_with_the_middle_and_the_focus():
     summarize = Recorder()
-    compact_messages(history(31), summarize, focus="the money helpers")
-    compact_messages(history(31), summarize)
+    sawtooth(history(31), summarize, focus="the money helpers")
+    sawtooth(history(31), summarize)
     assert summarize.focuses == ["the money helpers", None]
 
 
 def test_the_result_is_a_new_list_and_the_input_is_not_mutated():
     messages = history(40)
     before = copy.deepcopy(messages)
-    out = compact_messages(messages, Recorder())
+    out = sawtooth(messages, Recorder())
     assert out is not messages and len(out) < len(messages)
     assert messages == before
 
 
 def test_the_system_prompt_is_kept_and_never_summarized():
     summarize = Recorder()
-    out = compact_messages(history(40), summarize)
+    out = sawtooth(history(40), summarize)
     assert out[0] == SYSTEM
     assert all(m.get("role") != "system" for m in summarize.middles[0])
 
 
 def test_without_a_system_prompt_nothing_is_pinned_at_the_head():
     messages, summarize = history(40, system=False), Recorder()
-    out = compact_messages(messages, summarize)
+    out = sawtooth(messages, summarize)
     assert is_summary(out[0])
     assert summarize.middles[0][0] == TASK
     assert summarize.middles[0] + out[1:] == messages
@@ -106,8 +106,8 @@ def test_without_a_system_prompt_nothing_is_pinned_at_the_head():
 
 def test_above_max_tokens_it_compacts_even_below_the_message_threshold():
     messages, summarize = history(20), Recorder()
-    assert compact_messages(messages, summarize) is messages  # 20 messages: under the threshold
-    out = compact_messages(messages, summarize, max_tokens=1_000)
+    assert sawtooth(messages, summarize) is messages  # 20 messages: under the threshold
+    out = sawtooth(messages, summarize, max_tokens=1_000)
     assert is_summary(out[1]) and len(out) < len(messages)
 
 
@@ -117,7 +117,7 @@ def test_above_max_tokens_it_compacts_even_below_the_message_threshold():
 def test_a_stray_system_message_in_the_kept_tail_becomes_a_user_note():
     messages = history(40)
     messages.insert(38, {"role": "system", "content": "You are now in plan mode."})  # between two steps
-    out = compact_messages(messages, Recorder())
+    out = sawtooth(messages, Recorder())
     assert {"role": "user", "content": "[system note] You are now in plan mode."} in out
     assert [m["role"] for m in out].count("system") == 1
     assert find_problems(out) == []
@@ -129,7 +129,7 @@ def test_an_unanswered_call_in_the_kept_tail_gets_a_result():
                       "tool_calls": [call("a", "bash", command="ls"), call("b", "bash", command="pwd")]},
                      {"role": "tool", "tool_call_id": "a", "content": "src tests"},
                      {"role": "user", "content": "and?"}]
-    out = compact_messages(messages, Recorder())
+    out = sawtooth(messages, Recorder())
     assert out[-3:] == [{"role": "tool", "tool_call_id": "a", "content": "src tests"},
                         {"role": "tool", "tool_call_id": "b", "content": LOST_RESULT},
                         {"role": "user", "content": "and?"}]
@@ -141,7 +141,7 @@ def test_an_unanswered_call_in_the_kept_tail_gets_a_result():
 
 def test_a_summary_longer_than_what_it_replaces_returns_the_input_unchanged():
     messages, summarize = history(31), Recorder("word " * 5_000)
-    assert compact_messages(messages, summarize) is messages
+    assert sawtooth(messages, summarize) is messages
     assert len(summarize.middles) == 1  # the summarizer ran: the guard, not the threshold, said no
 
 
@@ -151,14 +151,14 @@ def test_a_summary_longer_than_what_it_replaces_returns_the_input_unchanged():
 def test_a_latest_request_in_the_summarized_middle_is_quoted_verbatim_in_the_summary_message():
     request = "Also rename parse_money to parse_amount, and keep the old name as an alias."
     messages = history(20) + [{"role": "user", "content": request}] + [m for i in range(50, 60) for m in step(i)]
-    out = compact_messages(messages, Recorder())  # SUMMARY does not mention the request
+    out = sawtooth(messages, Recorder())  # SUMMARY does not mention the request
     assert all(m.get("content") != request for m in out[2:])  # it is not in the kept tail
     assert "The user's latest request, verbatim:\n" + request in out[1]["content"]
 
 
 def test_a_latest_request_in_the_kept_tail_is_not_quoted_again():
     messages = history(40) + [{"role": "user", "content": "Now run the tests."}]
-    out = compact_messages(messages, Recorder())
+    out = sawtooth(messages, Recorder())
     assert is_summary(out[1]) and out[-1] == {"role": "user", "content": "Now run the tests."}
     assert "latest request" not in out[1]["content"]
 
@@ -183,7 +183,7 @@ def test_the_cut_never_separates_tool_calls_from_their_results(calls, landing, s
     group = next(i for i, m in enumerate(messages) if len(m.get("tool_calls") or []) == calls and i >= 24 + head)
     keep_recent = len(messages) - (group + 1 + landing)
     assert find_cut(messages, keep_recent, head) == group
-    out = compact_messages(messages, summarize, threshold=20, keep_recent=keep_recent)
+    out = sawtooth(messages, summarize, threshold=20, keep_recent=keep_recent)
     assert out[head + 1:] == messages[group:]
     assert summarize.middles == [messages[head:group]]
     assert find_problems(out) == []
@@ -193,14 +193,14 @@ def test_the_cut_never_separates_tool_calls_from_their_results(calls, landing, s
 def test_when_the_tail_is_one_tool_call_group_it_returns_unchanged(system):
     messages = ([SYSTEM] if system else []) + step(0, calls=35)
     summarize = Recorder()
-    assert compact_messages(messages, summarize) is messages
+    assert sawtooth(messages, summarize) is messages
     assert summarize.middles == []
 
 
 def test_keep_recent_zero_keeps_the_last_message_instead_of_raising():
     messages = history(40) + [{"role": "user", "content": "Now run the tests."}]
     assert find_cut(messages, 0, 1) == len(messages) - 1
-    out = compact_messages(messages, Recorder(), keep_recent=0)
+    out = sawtooth(messages, Recorder(), keep_recent=0)
     assert out == [SYSTEM, out[1], messages[-1]] and is_summary(out[1])
 
 
@@ -212,20 +212,20 @@ def test_a_message_without_a_role_raises_a_value_error_naming_its_index(n):
     messages = history(n)
     messages[3] = {"content": "who said this?"}
     with pytest.raises(ValueError, match=r"\bmessage 3\b"):
-        compact_messages(messages, Recorder())
+        sawtooth(messages, Recorder())
 
 
 @pytest.mark.parametrize("value", [tuple(history(40)), {"messages": history(40)}, "x" * 40, None])
 def test_a_value_that_is_not_a_list_raises_a_type_error(value):
     with pytest.raises(TypeError, match="must be a list"):
-        compact_messages(value, Recorder())
+        sawtooth(value, Recorder())
 
 
 # ---- the summary message and the rolling summary ---------------------------------------------
 
 
 def test_the_summary_message_frames_the_summary_as_reference_then_says_continue():
-    summary = compact_messages(history(31), Recorder())[1]
+    summary = sawtooth(history(31), Recorder())[1]
     text = summary["content"]
     assert summary["role"] == "user"
     marks = [text.lower().find(x) for x in ("summar", "earlier turns", "reference material",
@@ -236,8 +236,8 @@ def test_the_summary_message_frames_the_summary_as_reference_then_says_continue(
 
 def test_the_earlier_summary_is_the_start_of_the_next_middle():
     summarize = Recorder()
-    first = compact_messages(history(31), summarize)
-    second = compact_messages(first + [m for i in range(40, 52) for m in step(i)], summarize)
+    first = sawtooth(history(31), summarize)
+    second = sawtooth(first + [m for i in range(40, 52) for m in step(i)], summarize)
     assert summarize.middles[1][0] == first[1]
     assert sum(is_summary(m) for m in second) == 1
 
@@ -255,10 +255,10 @@ def test_rolling_twice_the_second_summary_contains_what_the_first_one_said():
                 {"role": "assistant", "content": "The fix is to round once, in parse_money."},
                 {"role": "user", "content": "Also keep parse_amount as an alias."},
                 *quiet_reads(0, 4)]
-    first = compact_messages(messages, summarize_offline, threshold=8, keep_recent=2)
+    first = sawtooth(messages, summarize_offline, threshold=8, keep_recent=2)
     said = parse_summary(summary_body(first[1]))
     assert said["Errors seen"] and said["User said"] and said["Identifiers"]
-    second = compact_messages(first + quiet_reads(10, 6), summarize_offline, threshold=8, keep_recent=2)
+    second = sawtooth(first + quiet_reads(10, 6), summarize_offline, threshold=8, keep_recent=2)
     assert sum(is_summary(m) for m in second) == 1 and second[1] is not first[1]
     body = summary_body(second[1])
     for title, items in said.items():
@@ -279,7 +279,7 @@ def rounds_of_work(rounds: int, summarize) -> tuple[list[dict], list[list[dict]]
     states = []
     for r in range(rounds):
         messages = messages + [m for i in range(r * 20 + 1, r * 20 + 16) for m in step(i)]
-        messages = compact_messages(messages, summarize)
+        messages = sawtooth(messages, summarize)
         states.append(messages)
     return messages, states
 
@@ -306,8 +306,8 @@ def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used
     # changed with the redesign: the sawtooth's offline summary is now the short extractive one
     # (## Task …); the structured one (## Goal …) is summarize_structured, used by the ladder
     messages = history(40)
-    out = compact_messages(messages)
-    assert out == compact_messages(messages, summarize_offline)
+    out = sawtooth(messages)
+    assert out == sawtooth(messages, summarize_offline)
     assert summary_body(out[1]) == summarize_offline(messages[1:34])
     assert "## Task" in out[1]["content"] and "## Goal" not in out[1]["content"]
 
