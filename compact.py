@@ -660,19 +660,13 @@ def source_text(messages: list[dict]) -> str:
 
 
 def summarize_default(messages: list[dict], focus: str | None = None) -> str:
-    """The model when one is configured, its gaps backfilled; the offline summarizer otherwise,
-    or when the call fails."""
-    if model_configured():
-        import openai
-        try:
-            text = summarize_with_model(messages, focus)
-            if text:
-                return backfill(text, messages)
-            reason = "an empty answer"
-        except openai.OpenAIError as error:
-            reason = f"{type(error).__name__}: {str(error)[:120]}"
-        print(f"[compact] summary model failed ({reason}); using the offline summarizer", file=sys.stderr)
-    return summarize_offline(messages, focus)
+    """The model when one is configured, its claims checked against the turns and its gaps
+    backfilled; the offline summarizer otherwise. A failure is the caller's to meet
+    (summarize_safely, or the ladder's guard)."""
+    if not model_configured():
+        return summarize_offline(messages, focus)
+    text = summarize_with_model(messages, focus)
+    return backfill(flag_unverified(text, source_text(messages)), messages) if text.strip() else text
 
 
 # --- Valid lists (lesson 08) -----------------------------------------------------------------

@@ -68,9 +68,7 @@ def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) 
             session.messages.append(reply)
             if not reply.get("tool_calls"):
                 return reply.get("content") or ""
-            focus = run_calls(session, reply["tool_calls"], ws, log)
-            if focus is not None:
-                compact_now(session, focus=focus, level=1, log=log)
+            run_calls(session, reply["tool_calls"], ws, log)
     except KeyboardInterrupt:
         answer_open_calls(session.messages)  # Ctrl-C: the history stays valid for the next question
         raise
@@ -121,19 +119,33 @@ def send(session: Session, model: Callable) -> dict:
     return reply
 
 
-def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> str | None:
-    """Run each call and append its result; return the focus when the model asked to compact."""
+def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> None:
+    """Run each call and append its result. A `compact` call is answered last, once every other
+    result is in, and its result says what the compaction did (lesson 11)."""
     focus = None
     for call in calls:
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         log(f"[tool] {name} {printable(arguments, 70)}")
         if name == "compact":
-            focus = requested_focus(arguments)
-            result = session.compaction.compact_tool(session.messages, focus)
-        else:
-            result = session.compaction.admit(call, run_tool(ws, name, arguments))
+            focus = (call, requested_focus(arguments))
+            continue
+        result = session.compaction.admit(call, run_tool(ws, name, arguments))
         session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": safe_text(result)})
-    return focus
+    if focus is not None:
+        call, text = focus
+        session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": "compacting now"})
+        before = session.messages
+        compact_now(session, focus=text, level=1, log=log)
+        done = (f"compacted {len(before)} → {len(session.messages)} messages, keeping what matters for: "
+                f"{text or 'the task'}" if session.messages is not before else
+                f"nothing to compact yet: {nothing_to_compact(session.messages)}")
+        session.messages[-1] = {**session.messages[-1], "content": done}
+
+
+def nothing_to_compact(messages: list[dict]) -> str:
+    """Why a forced compaction changed nothing, in words."""
+    n = len(messages) - (1 if messages and messages[0].get("role") == "system" else 0)
+    return f"the history is {n} message{'s' * (n != 1)} after the system prompt, and the newest turn is always kept whole"
 
 
 INTERRUPTED = "[interrupted by the user before this call finished]"
@@ -193,10 +205,6 @@ class Compaction:
     state: object = None  # what lasts across compactions (compact.CompactState), saved by the REPL
     archive: object = None  # compact.Archive: every message that leaves the context, for recall
     meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, stats line) for /context
-
-    def compact_tool(self, messages: list[dict], focus: str) -> str:
-        """What the `compact` tool answers: the compaction itself runs once the results are in."""
-        return f"compaction will run now, keeping what matters for: {focus or 'the task'}"
 
 
 def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT) -> Compaction:
@@ -500,11 +508,12 @@ from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowErr
 
 def outgoing(messages: list[dict], send_reasoning: bool = True) -> list[dict]:
     """The one normalisation before sending. Assistant text is always a string (llama.cpp's server
-    answers HTTP 500 to null); two user messages in a row become one, since Gemma's and Mistral's
-    templates refuse them; reasoning goes back as it came (DeepSeek answers 400 without it after a
-    tool call), or never, for servers that reject the field (SEND_REASONING=0)."""
+    answers HTTP 500 to null); parallel calls go one at a time and two user messages in a row become
+    one, since Llama 3.2's template refuses several calls in one turn and Gemma's and Mistral's
+    refuse turns that do not alternate; reasoning goes back as it came (DeepSeek answers 400
+    without it after a tool call), or never, for servers that reject it (SEND_REASONING=0)."""
     out: list[dict] = []
-    for m in messages:
+    for m in one_call_at_a_time(messages):
         if m.get("role") == "assistant":
             m = {**m, "content": content_text(m)}
             if not send_reasoning:
@@ -512,6 +521,30 @@ def outgoing(messages: list[dict], send_reasoning: bool = True) -> list[dict]:
         if out and m.get("role") == "user" and out[-1].get("role") == "user":
             m = {"role": "user", "content": content_text(out.pop()) + "\n\n" + content_text(m)}
         out.append(m)
+    return out
+
+
+def one_call_at_a_time(messages: list[dict]) -> list[dict]:
+    """An assistant message with several tool calls, and its results, as one assistant message and
+    its result per call, in the same order: what every chat template can render."""
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        m, j = messages[i], i + 1
+        calls = m.get("tool_calls") or []
+        if m.get("role") != "assistant" or len(calls) < 2:
+            out.append(m)
+            i += 1
+            continue
+        while j < len(messages) and messages[j].get("role") == "tool":
+            j += 1
+        results = list(messages[i + 1:j])
+        for k, call in enumerate(calls):
+            first = {**m, "tool_calls": [call]} if k == 0 else {"role": "assistant", "content": "", "tool_calls": [call]}
+            answer = next((r for r in results if r.get("tool_call_id") == call.get("id")), None)
+            out += [first] + ([results.pop(results.index(answer))] if answer is not None else [])
+        out += results  # results that answer no call of this message stay, for the server to judge
+        i = j
     return out
 
 
@@ -662,9 +695,9 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
         messages = fit_user_message(messages, room, archive)
         if level > HARDEST or (level and made.name == "none"):
             raise ContextOverflowError(
-                f"the request (~{request_tokens(messages, usage):,} tokens) still does not fit the server's "
-                f"window after compacting as far as {made.name} goes; raise the server's context size and "
-                "CONTEXT_WINDOW, or choose another strategy" if made.name != "none" else
+                f"the request still does not fit the server's window after compacting it as far as it goes "
+                f"(~{request_tokens(messages, usage):,} tokens, {made.name}); raise the server's context size "
+                "and CONTEXT_WINDOW, or shorten the latest message" if made.name != "none" else
                 f"the history (~{request_tokens(messages, usage):,} tokens) no longer fits the model's window "
                 "and --strategy none does not compact: choose another")
         out = strategy_fit(messages, focus=focus, level=min(level, 2), usage=usage)
@@ -1000,13 +1033,6 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
     else:
         print(f"unknown command {name}; the commands are:\n{HELP}")
     return config, False
-
-
-def nothing_to_compact(messages: list[dict]) -> str:
-    """Why a forced compaction changed nothing, in words."""
-    head = system_head(messages)
-    return (f"the history is {len(messages) - head} message{'s' * (len(messages) - head != 1)} after the system "
-            "prompt, and the newest turn is always kept whole")
 
 
 def context_meter(session: Session, config: Config, width: int = 40) -> str:

@@ -11,10 +11,10 @@ import pytest
 
 import compact
 import tiny_agent
-from compact import (sawtooth, find_problems, is_summary, summarize_offline, summarize_with_model,
+from compact import (CompactState, replaced_line, sawtooth, with_notes, find_problems, is_summary, summarize_offline, summarize_with_model,
                      summary_message)
 from conftest import chat_response
-from tiny_agent import Config, Workspace, new_session, openai_model
+from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
 
 SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}
 MODEL_SUMMARY = "## Goal\n- write the notes\n## Progress\n- MODEL-SUMMARY: several notes are written"
@@ -127,9 +127,10 @@ def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_ope
     messages = work(20)  # 42 messages: the tail is the last 6, from index 36; the task is in the middle
     failure(fake_openai, monkeypatch)
     note = "The user's latest request, verbatim:\nRead the notes and tell me what they say."
-    assert sawtooth(messages) == [SYSTEM, summary_message(summarize_offline(messages[1:36]), note),
-                                          *messages[36:]]
-    assert "[compact] summary model failed" in capsys.readouterr().err
+    header = replaced_line(messages[1:36], CompactState())
+    assert sawtooth(messages) == [SYSTEM, summary_message(with_notes(header + "\n" + summarize_offline(messages[1:36]),
+                                                                     note)), *messages[36:]]
+    assert "[compact] the summarizer failed" in capsys.readouterr().err
 
 
 # ---- the loop against the server ---------------------------------------------------------------
@@ -188,7 +189,7 @@ class ScriptedServer:
 def run_loop(fake_openai, tmp_path, replies, config=Config(), refuse=()):
     fake = ScriptedServer(fake_openai, replies, refuse)
     session, log = new_session(config), []
-    model = openai_model(compact.make_client(), "test-model")
+    model = openai_model(compact.make_client(), "test-model", prepare=outgoing)  # what the agent sends
     answer = tiny_agent.run(session, "Write the notes.", model, Workspace(tmp_path), log=log.append)
     return fake, session, answer, log
 
@@ -253,7 +254,8 @@ def test_the_compact_tool_compacts_at_once_and_the_loop_goes_on(fake_openai, tmp
     compact_call = reply_with([("k", "compact", arguments)])
     fake, session, answer, _ = run_loop(fake_openai, tmp_path, script(8)[:-1] + [compact_call, chat_response("Done.")])
     assert answer == "Done." and session.compactions == 1
-    assert tool_result(fake, "k") == "compaction will run now"
+    kept = "the notes in notes/3.txt" if focus else "the task"  # the tool says what the compaction did
+    assert tool_result(fake, "k") == f"compacted 21 → 8 messages, keeping what matters for: {kept}"
     prompt = fake.summaries[0]["messages"][1]["content"]
     assert (focus in prompt) if focus else ("Focus the summary on" not in prompt)
     last = fake.loop[-1]["messages"]
@@ -281,7 +283,7 @@ def test_a_second_refusal_in_a_row_compacts_harder_and_never_resends_a_refused_r
 
 def test_a_request_refused_at_every_level_raises_context_overflow(fake_openai, tmp_path):
     fake = ScriptedServer(fake_openai, script(10), refuse=tuple(range(8, 40)))
-    model = openai_model(compact.make_client(), "test-model")
+    model = openai_model(compact.make_client(), "test-model", prepare=outgoing)  # what the agent sends
     with pytest.raises(compact.ContextOverflowError, match="after compacting it as far as it goes"):
         tiny_agent.run(new_session(Config()), "Write the notes.", model, Workspace(tmp_path), log=[].append)
     refused = [json.dumps(body["messages"]) for body in fake.loop[8:]]

@@ -214,8 +214,10 @@ def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: i
     latest = compact.user_requests(messages)[-1:]
     note = "" if not latest or any(m is latest[0] for m in tail) else (
         "The user's latest request, verbatim:\n" + compact.content_text(latest[0]))
-    summary = compact.summary_message(compact.summarize_offline(middle), note)
-    return compact.message_tokens(summary) < sum(compact.message_tokens(m) for m in middle)
+    summary = compact.summary_message(compact.with_notes(
+        compact.replaced_line(middle, compact.CompactState()) + "\n" + compact.summarize_offline(middle), note))
+    ack = compact.message_tokens(compact.ACK) if tail[0].get("role") == "user" else 0  # turns alternate
+    return compact.message_tokens(summary) + ack < sum(compact.message_tokens(m) for m in middle)
 
 
 def check_sawtooth(messages, threshold, keep_recent, valid_input, seen: Counter) -> None:
@@ -246,7 +248,7 @@ def least_the_last_resort_keeps(messages: list[dict], budget: compact.Budget) ->
     """Tokens no compaction can go below: the latest turn, a summary message holding only the pinned
     user constraints (the last resort never drops them), and the acknowledgement after it."""
     pins = compact.pins_text(compact.find_constraints(messages), int(compact.PIN_SHARE * budget.effective(messages)))
-    framing = compact.message_tokens(compact.summary_message("", pins)) + compact.message_tokens(compact.ACK)
+    framing = compact.message_tokens(compact.summary_message(compact.with_notes("", pins))) + compact.message_tokens(compact.ACK)
     return budget.history(latest_turn(messages)) + framing
 
 

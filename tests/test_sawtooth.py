@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from compact import (LOST_RESULT, sawtooth, find_cut, find_problems, is_summary,
+from compact import (ACK, LOST_RESULT, sawtooth, find_cut, find_problems, is_summary,
                      parse_summary, summarize_offline, summarize_structured, summary_body)
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -201,7 +201,8 @@ def test_keep_recent_zero_keeps_the_last_message_instead_of_raising():
     messages = history(40) + [{"role": "user", "content": "Now run the tests."}]
     assert find_cut(messages, 0, 1) == len(messages) - 1
     out = sawtooth(messages, Recorder(), keep_recent=0)
-    assert out == [SYSTEM, out[1], messages[-1]] and is_summary(out[1])
+    # the summary is a user message, so an acknowledgement keeps user and assistant turns alternating
+    assert out == [SYSTEM, out[1], ACK, messages[-1]] and is_summary(out[1])
 
 
 # ---- what is refused ------------------------------------------------------------------------
@@ -308,7 +309,9 @@ def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used
     messages = history(40)
     out = sawtooth(messages)
     assert out == sawtooth(messages, summarize_offline)
-    assert summary_body(out[1]) == summarize_offline(messages[1:34])
+    header, body = summary_body(out[1]).split("\n", 1)
+    assert header == "(Compaction 1 replaced 33 messages, ~1,781 tokens, turns 1-16.)"
+    assert body == summarize_offline(messages[1:34])
     assert "## Task" in out[1]["content"] and "## Goal" not in out[1]["content"]
 
 
