@@ -392,27 +392,29 @@ PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt
 
 
 # What the next step may need by name: e-mail addresses, paths, words with a digit (HAT123, ZFA04Y,
-# 2024-05-14), snake_case and CamelCase names, file names. "and", "the", "10" are not identifiers.
-IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|\b(?:[A-Za-z_]*\d[\w-]*[A-Za-z][\w-]*"
-                        r"|[A-Za-z][\w-]*\d[\w-]*|\d{4,}|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[\w-]+\.[a-z]{2,4})\b")
+# 2024-05-14, order #W2378156, flight HAT170), numbers with a unit (368ms, 1.5 GB), long numbers,
+# snake_case, CamelCase and dotted names (os.path.join), file names. "and", "the", "10" are not identifiers.
+IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:[A-Za-z_]*\d[\w-]*[A-Za-z][\w-]*"
+                        r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
+                        r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
+IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
+SUMMARY_TOKENS = 2_000  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
 
 
-IDENTIFIER_LIMIT = 50  # identifiers a summary keeps, the most recent first: measured on the recorded runs,
-
-
-_MEASURE = re.compile(r"\d+(?:[a-zA-Z]{1,2}|[.:]\d+\w?)")  # 368ms, 850Z, 1.5s: a reading, not a name
-
-
-def identifiers(texts: list[str], limit: int = IDENTIFIER_LIMIT) -> list[str]:
-    """Distinct identifiers in the texts, the most recently mentioned first (lesson 03)."""
+def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS)) -> list[str]:
+    """Every distinct identifier in the texts, the most recently mentioned first, while they fit in
+    `budget` tokens: a rule a reader can state, not a count fitted to one measure (lesson 04)."""
     found: dict[str, None] = {}
+    used = 0
     for text in reversed(texts):
         for word in reversed(IDENTIFIER.findall(text)):
-            if not _MEASURE.fullmatch(word):
-                found.setdefault(word.rstrip("."), None)
-        if len(found) >= limit:
-            break
-    return list(found)[:limit]
+            word = word.rstrip(".")
+            if word not in found:
+                used += text_tokens(word) + 1
+                if used > budget:
+                    return list(found)
+                found[word] = None
+    return list(found)
 
 
 # A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
@@ -468,6 +470,54 @@ def with_notes(summary: str, notes: str) -> str:
 ACK = {"role": "assistant", "content": "Understood. I have the summary of the earlier turns and will continue."}
 
 
+# --- What the user asked for, and which files the turns touched (lesson 04) ---------------
+# Without it: the user's own rules and the files changed so far are gone after two rolling summaries.
+
+# Sentences a user writes to limit what the agent may do, in English and Chinese.
+# A sentence that constrains: it starts with an imperative ("Only change src/", "Never add ...", "Please
+# don't ..."), says what must or must not be, or uses a Chinese imperative. A bug report's "it never
+# returns" or "only fails on Windows" describes and is not pinned.
+CONSTRAINT = re.compile(
+    r"^\W*(?:please\s+)?(?:do not|don't|never|always|only|avoid|make sure|keep|leave|answer in|reply in"
+    r"|respond in|write in|use only)\b"
+    r"|\b(?:must|mustn't|must not|should not|shouldn't|may not|you can only|do not ever)\b"
+    r"|\b(?:please|you)\s+(?:do not|don't|never|always|only)\b"
+    r"|不要|别|必须|务必|只能|禁止|一定要|请用|不许|不准", re.I)
+WRITE_TOOLS = ("write_file", "edit_file")
+
+
+def near_duplicate_key(text: str) -> str:
+    """Two sentences that differ only in a count, case or spacing are one ("found 3 actions." and
+    "found 2 actions."); a number inside a name (module_02.py) still tells them apart."""
+    return " ".join(re.sub(r"\b\d+\b", "#", text.lower()).split())
+
+
+def find_constraints(messages: list[dict]) -> list[str]:
+    """User sentences that constrain the agent, verbatim, near-duplicates once in their newest wording.
+    Only user messages count, never tool output or a summary, so text planted in a tool result
+    cannot become a rule (lesson 10)."""
+    found: dict[str, str] = {}
+    for m in user_requests(messages):
+        for s in sentences(content_text(m)):
+            if CONSTRAINT.search(s):
+                found[near_duplicate_key(s)] = s
+    return list(found.values())
+
+
+def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
+    """(read, changed): paths named in tool-call arguments, in first-seen order."""
+    read: list[str] = []
+    changed: list[str] = []
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            bucket = changed if fn.get("name") in WRITE_TOOLS else read
+            for path in PATH.findall(fn.get("arguments") or ""):
+                if path not in bucket:
+                    bucket.append(path)
+    return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
+
+
 # --- The offline summarizer (lesson 04) ------------------------------------------------------
 # Without it: with no model configured, or with the model down, there is no summary at all.
 
@@ -486,32 +536,60 @@ def render_summary(sections: dict[str, list[str]]) -> str:
                        for title, items in sections.items() if items)
 
 
-def summarize_offline(messages: list[dict], focus: str | None = None) -> str:
-    """Extractive summary, no model: the task, what the user said, the identifiers and errors the
-    next steps may use, the latest progress. An earlier summary is updated (lesson 03)."""
+OFFLINE_SECTIONS = ("Task", "User constraints (verbatim)", "User said", "Decisions", "Files changed", "Files read",
+                    "Errors seen", "Identifiers", "Progress", "Focus")
+# Past the budget these give way first, the first named first; the task and the user's rules never do.
+EXPENDABLE = ("Progress", "User said", "Identifiers", "Files read", "Decisions", "Errors seen", "Files changed")
+DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
+
+
+def summarize_offline(messages: list[dict], focus: str | None = None, budget: int = SUMMARY_TOKENS) -> str:
+    """Extractive summary, no model: the task, the user's rules and words, decisions, the files
+    changed and read, the errors and identifiers the next steps may use, the latest progress. An
+    earlier summary is carried forward, so a rolling summary does not decay (lesson 04)."""
     old = {t: x for m in messages if is_summary(m) for t, x in parse_summary(summary_body(m)).items()}
     plain = [m for m in messages if not is_generated(m)]
-    said = [" ".join(content_text(m).split())[:600] for m in user_requests(plain)]
-    task = [] if old.get("Task") else said[:1]  # an earlier summary already holds the task
-    done = [" ".join(content_text(m).split())[:300] for m in plain if m["role"] == "assistant" and content_text(m)]
+    said = [" ".join(content_text(m).split()) for m in user_requests(plain)]
+    read, changed = files_touched(plain)
     texts = [content_text(m) + " " + " ".join((c.get("function") or {}).get("arguments") or "" for c in
                                               m.get("tool_calls") or []) for m in plain]
-    errors = {error_kind(e): e for e in old.get("Errors seen", []) + [line.strip()[:200] for t in texts
-              for line in t.split("\n") if ERROR_LINE.search(line)]}
-    ids = identifiers(texts) + [x for line in old.get("Identifiers", []) for x in line.split(", ")]
-    decided = [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
-               if DECISION.search(s)]
-    new = {"Task": task, "User said": said[len(task):], "Decisions": decided, "Identifiers": [],
-           "Errors seen": [], "Progress": done, "Focus": [focus] if focus else []}
-    keep = {"Task": 1, "User said": 8, "Decisions": 8, "Progress": 3, "Focus": 1}
-    sections = {}
-    for title, items in new.items():
-        merged = list(dict.fromkeys(old.get(title, []) + items))
-        sections[title] = merged[:1] if title == "Task" else merged[-keep.get(title, 1):]
-    sections["Identifiers"] = [", ".join(list(dict.fromkeys(ids))[:IDENTIFIER_LIMIT])] if ids else []
-    sections["Errors seen"] = list(errors.values())[:2] + list(errors.values())[2:][-8:]  # the first (the
-    # root cause, often) and the latest
+    errors = [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)]
+    new = {"Task": said[:1], "User constraints (verbatim)": find_constraints(plain), "User said": said[1:],
+           "Decisions": [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
+                         if DECISION.search(s)],
+           "Files changed": changed, "Files read": read, "Errors seen": errors,
+           "Identifiers": identifiers(texts) + [x for line in old.get("Identifiers", []) for x in line.split(", ")],
+           "Progress": [" ".join(content_text(m).split())[:300] for m in plain if m["role"] == "assistant"
+                        and content_text(m)], "Focus": [focus] if focus else []}
+    sections = {title: list(dict.fromkeys(old.get(title, []) + new[title])) for title in OFFLINE_SECTIONS}
+    sections["Task"] = sections["Task"][:1]  # an earlier summary already holds the task
+    sections["Identifiers"] = list(dict.fromkeys(new["Identifiers"]))[::-1]  # oldest first, like the rest
+    sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
+    sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())  # a kind once,
+    sections["Progress"], sections["Focus"] = sections["Progress"][-3:], sections["Focus"][-1:]  # its newest wording
+    sections = fit_summary(sections, budget)
+    sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
     return render_summary(sections)
+
+
+def fit_summary(sections: dict[str, list[str]], budget: int, expendable: tuple = EXPENDABLE) -> dict[str, list[str]]:
+    """Keep a summary within `budget` tokens: the oldest items of the `expendable` sections are first
+    shortened to DETAIL_CHARS, then dropped, oldest first, before anything newer (lesson 04)."""
+    sections = {t: list(items) for t, items in sections.items()}
+    total = sum(text_tokens(x) + 2 for items in sections.values() for x in items) + 5 * len(sections)
+    for title in expendable:
+        items = sections.get(title, [])
+        for k, x in enumerate(items[:-1] if len(items) > 1 else items):
+            if total <= budget:
+                return sections
+            if len(x) > DETAIL_CHARS + 1:
+                items[k] = x[:DETAIL_CHARS] + "…"
+                total -= text_tokens(x) - text_tokens(items[k])
+    for title in expendable:
+        items = sections.get(title, [])
+        while total > budget and items:
+            total -= text_tokens(items.pop(0)) + 2
+    return sections
 
 
 # --- The summarizer that reads in pieces (lesson 04) -----------------------------------------
@@ -524,16 +602,18 @@ REASONING_MARK = "[assistant reasoning: {n:,} chars, not shown]"
 
 def transcript_lines(messages: list[dict], max_chars: int = 2_000) -> list[tuple[str, bool]]:
     """The messages as tagged lines (text, must_keep), not chat roles, so a summarizer reads them as
-    data. The task and the latest request must be kept; outputs keep head and tail (lesson 03)."""
+    data. User and assistant text stays whole; only tool output (head, tail and its error lines)
+    and tool arguments are cut. The task and the latest request must be kept (lesson 04)."""
     pairs, lines, turn = pair_tool_results(messages), [], 0
     requests = user_requests(messages)
     must = {id(m) for m in requests[:1] + requests[-1:]}
     for i, m in enumerate(messages):
-        role, text = m.get("role"), snip_text(content_text(m), max_lines=20, max_chars=max_chars)
+        role, text = m.get("role"), content_text(m)
         if is_summary(m):
             lines.append((f"[earlier summary]\n{summary_body(m)}", True))
         elif role == "tool":
-            lines.append((f"[tool {call_name(pairs[i]) if i in pairs else 'unknown'}] {text}", False))
+            output = snip_text(text, max_lines=20, max_chars=max_chars)
+            lines.append((f"[tool {call_name(pairs[i]) if i in pairs else 'unknown'}] {output}", False))
         elif role == "assistant":
             turn += 1  # turn numbers let the summary say when something happened
             if reasoning_text(m):  # the model's scratch work, not facts
@@ -547,18 +627,31 @@ def transcript_lines(messages: list[dict], max_chars: int = 2_000) -> list[tuple
 
 def transcript_chunks(messages: list[dict], max_tokens: int = 8_000) -> list[str]:
     """The transcript in pieces of about `max_tokens`, oldest first. Every piece holds the lines
-    that must be kept, so each summarizer call sees the task and the latest request (lesson 03)."""
+    that must be kept, so each summarizer call sees the task and the latest request; a line too
+    long for one piece is split across pieces, never cut (lesson 04)."""
     lines = transcript_lines(messages, max_chars=max(400, max_tokens))
     pinned = [snip_text(line, max_chars=max_tokens) for line, must in lines if must]
     room = max(max_tokens // 4, max_tokens - sum(text_tokens(line) for line in pinned))
     chunks, current, used = [], [], 0
-    for line in (snip_text(line, max_chars=room * 2) for line, must in lines if not must):
+    for line in (part for line, must in lines if not must for part in split_to_fit(line, room)):
         if current and used + text_tokens(line) > room:
             chunks.append(current)
             current, used = [], 0
         current.append(line)
         used += text_tokens(line)
     return ["\n".join(pinned[:1] + chunk + pinned[1:]) for chunk in [*chunks, current]]
+
+
+def split_to_fit(line: str, room: int) -> list[str]:
+    """A line in consecutive parts of at most about `room` tokens each (three characters a token),
+    each part marked as a continuation after the first."""
+    if text_tokens(line) <= room:
+        return [line]
+    size = max(200, room * 3)
+    parts = [line[k:k + size] for k in range(0, len(line), size)]
+    return [parts[0]] + [f"[… continued] {p}" for p in parts[1:]]
+
+
 SECTIONS_PROMPT = SUMMARY_PROMPT + """
 
 Write the summary in these sections:
@@ -627,7 +720,7 @@ def backfill(summary: str, messages: list[dict]) -> str:
     identifiers) is appended, so a weak summary model cannot erase them (lesson 03)."""
     wanted = parse_summary(summarize_offline(messages))
     missing = {title: [x for x in wanted.get(title, []) if x not in summary]
-               for title in ("Task", "User said", "Errors seen")}
+               for title in ("Task", "User constraints (verbatim)", "User said", "Files changed", "Errors seen")}
     ids = [x for line in wanted.get("Identifiers", []) for x in line.split(", ") if x not in summary]
     missing["Identifiers"] = [", ".join(ids)] if ids else []
     extra = render_summary({f"{title} (kept from the turns)": x for title, x in missing.items()})
@@ -712,6 +805,24 @@ def leaving(before: list[dict], after: list[dict]) -> list[dict]:
     or rewrote, for the caller to archive."""
     kept = {id(m) for m in after}
     return [m for m in before if id(m) not in kept]
+
+
+def precise_messages(messages: list[dict], precise_tools: tuple = ()) -> list[dict]:
+    """Every message of a call group that has a result of a precise tool (a database query, a
+    balance): no step may summarize, evict or cut them; they stay word for word (lesson 14)."""
+    if not precise_tools:
+        return []
+    keep: set[int] = set()
+    for i, call in pair_tool_results(messages).items():
+        if call_name(call) in precise_tools:
+            start = i
+            while start > 0 and messages[start].get("role") == "tool":
+                start -= 1
+            end = start + 1
+            while end < len(messages) and messages[end].get("role") == "tool":
+                end += 1
+            keep.update(range(start, end))
+    return [messages[i] for i in sorted(keep)]
 
 
 # --- The archive (lesson 09) -----------------------------------------------------------------
@@ -854,11 +965,12 @@ def replaced_line(middle: list[dict], state: CompactState) -> str:
 def sawtooth(messages: list[dict], summarize: Callable | None = None, *, threshold: int = THRESHOLD,
              keep_recent: int = KEEP_RECENT, max_tokens: int | None = None, tokens: int | None = None,
              focus: str | None = None, force: bool = False, state: CompactState | None = None,
-             archive: Archive | None = None) -> list[dict]:
+             archive: Archive | None = None, precise_tools: tuple = ()) -> list[dict]:
     """Part I's compact_messages as a real server needs it: above `threshold` messages, or once the
     messages pass `max_tokens` (the one token trigger; `tokens` is their size as the server counted
     it), keep fewer recent messages if those alone would not fit, archive the middle before the
-    summarizer reads it, and return a valid list, or the input when a summary would not help."""
+    summarizer reads it, keep what `precise_tools` returned word for word, and return a valid list,
+    or the input when a summary would not help."""
     check_messages(messages)
     state = CompactState() if state is None else state
     kept = drop_old_reasoning(messages)  # thinking servers ignore it; archived with the rest below
@@ -869,14 +981,20 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     if not (force or (due and size > state.floor)) or cut <= head:
         return _archived(messages, kept, archive, state)
     if archive is not None:  # before the summarizer: a crash or a hang inside it loses nothing
-        archive.append(leaving(messages, kept[:head] + kept[cut:]), state.compactions + 1)
+        archive.append(leaving(messages, kept[:head] + precise_messages(kept[head:cut], precise_tools) + kept[cut:]),
+                       state.compactions + 1)
     requests = user_requests(kept)
     latest = requests[-1] if requests and not any(m is requests[-1] for m in kept[cut:]) else None
 
     def summary_of(middle: list[dict]) -> str:
         text = replaced_line(middle, state) + "\n" + summarize_safely(summarize or summarize_default, middle, focus, state)
         return with_notes(text, "The user's latest request, verbatim:\n" + content_text(latest) if latest else "")
-    out = compact_messages(kept, summary_of, threshold=-1, keep_recent=len(kept) - cut)
+    held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
+    base = [m for m in kept if id(m) not in {id(h) for h in held}]
+    if len(base) - (len(kept) - cut) <= head:
+        return _archived(messages, kept, None, state)  # the whole middle is precise: nothing to summarize
+    out = compact_messages(base, summary_of, threshold=-1, keep_recent=len(kept) - cut)
+    out[head + 1:head + 1] = held
     if out[head + 1:head + 2] and out[head + 1].get("role") == "user":
         out.insert(head + 1, ACK)  # strict chat templates want user and assistant turns to alternate
     after = estimate_tokens(out)
@@ -1008,7 +1126,10 @@ def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HE
 CLEARED = "[tool cleared]"
 
 
-def clear_tool_results(messages, tools=("cache_get", "cache_set")):
+INTERMEDIATE_TOOLS = ("cache_read", "cache_write")  # five-layer's examples of intermediate calls (seed 001)
+
+
+def clear_tool_results(messages, tools=INTERMEDIATE_TOOLS):
     """Results of intermediate tools become `[tool cleared]` once a later turn exists (lesson 07)."""
     pairs = pair_tool_results(messages)
     last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
@@ -1063,52 +1184,12 @@ def shorten_tool_arguments(messages, max_chars=400, keep_last=3):
 
 # --- The structured summary (lessons 04 and 10) ----------------------------------------------
 
-# Sentences a user writes to limit what the agent may do, in English and Chinese.
-CONSTRAINT = re.compile(
-    r"\b(do not|don't|never|always|must|only|make sure|avoid|without|unchanged|prefer|answer in|reply in"
-    r"|respond in)\b"
-    r"|不要|别|必须|务必|只能|禁止|一定要|请用|不许|不准", re.I)
-WRITE_TOOLS = ("write_file", "edit_file")
-
-
-def near_duplicate_key(text: str) -> str:
-    """Two sentences that differ only in a count, case or spacing are one ("found 3 actions." and
-    "found 2 actions."); a number inside a name (module_02.py) still tells them apart."""
-    return " ".join(re.sub(r"\b\d+\b", "#", text.lower()).split())
-
-
-def find_constraints(messages: list[dict]) -> list[str]:
-    """User sentences that constrain the agent, verbatim, near-duplicates once in their newest wording.
-    Only user messages count, never tool output or a summary, so text planted in a tool result
-    cannot become a rule (lesson 10)."""
-    found: dict[str, str] = {}
-    for m in user_requests(messages):
-        for s in sentences(content_text(m)):
-            if CONSTRAINT.search(s):
-                found[near_duplicate_key(s)] = s
-    return list(found.values())
-
-
-def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
-    """(read, changed): paths named in tool-call arguments, in first-seen order."""
-    read: list[str] = []
-    changed: list[str] = []
-    for m in messages:
-        for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            bucket = changed if fn.get("name") in WRITE_TOOLS else read
-            for path in PATH.findall(fn.get("arguments") or ""):
-                if path not in bucket:
-                    bucket.append(path)
-    return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
-
-
-LADDER_IDENTIFIER_LIMIT = 150  # the ladder summarizes less often than the sawtooth, so its summary may
-# keep more: 98% of the identifiers the next step uses on the recorded runs, at 16k (lesson 15)
 SECTIONS = ("Goal", "Earlier, in one line", "User constraints (verbatim)", "Decisions", "Files changed", "Files", "Identifiers",
             "Errors seen", "Tools run", "Progress", "Next step", "Relevant to the focus")
-SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Decisions": 10, "Files changed": 30, "Files": 12, "Errors seen": 40, "Progress": 3,
-                  "Next step": 1, "Relevant to the focus": 5}
+SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Errors seen": 40, "Progress": 3, "Next step": 1,
+                  "Relevant to the focus": 5}  # items; the other sections keep all of theirs, within the budget
+LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Identifiers", "Files", "Decisions", "Errors seen",
+                     "Files changed")  # past the budget these give way first, in this order
 
 
 def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
@@ -1131,7 +1212,7 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
         "Files changed": changed,
         "Files": [f"{p} (read)" for p in read if p not in changed]
                  + [f"{p} (in output)" for p in dict.fromkeys(seen) if p not in read + changed],
-        "Identifiers": identifiers(texts, LADDER_IDENTIFIER_LIMIT),
+        "Identifiers": identifiers(texts),
         "Errors seen": list({error_kind(e): e for e in errors}.values()),
         "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
         "Progress": [text[:300] for text in said],
@@ -1162,16 +1243,15 @@ def _merge_tool_counts(old: list[str], new: list[str]) -> list[str]:
 
 
 def _limit_section(title: str, items: list[str]) -> list[str]:
-    """Goal and errors keep the first items (the task, the root cause) and the latest; identifiers
-    the most recent; the other sections their newest items."""
+    """Errors keep one line per kind, the first seen (often the root cause) and the latest; the
+    progress sections their newest items. Everything else is kept, and fit_summary holds the whole
+    within its budget (lesson 04)."""
     if title == "Errors seen":
         items = list({error_kind(e): e for e in items}.values())
-    if title == "Identifiers":
-        return [", ".join(list(dict.fromkeys(items))[:LADDER_IDENTIFIER_LIMIT])] if items else []
     limit = SECTION_LIMITS.get(title)
     if limit and title in ("Goal", "Errors seen") and len(items) > limit:
-        return items[:4] + items[4 - limit:]
-    return items[-limit:] if limit else items
+        return items[:4] + items[4 - limit:]  # the task (or the root cause) and the latest
+    return items[-limit:] if limit else list(dict.fromkeys(items))
 
 
 EARLIER = "Earlier, in one line"
@@ -1211,7 +1291,11 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
             merged[title] = items + [x for line in old for x in line.split(", ")]
         else:
             merged[title] = old + [x for x in items if x not in old]
-    return render_summary({title: _limit_section(title, merged.get(title, [])) for title in SECTIONS})
+    sections = {title: _limit_section(title, merged.get(title, [])) for title in SECTIONS}
+    sections["Identifiers"] = sections["Identifiers"][::-1]  # oldest first, like the rest, for fit_summary
+    sections = fit_summary(sections, SUMMARY_TOKENS, LADDER_EXPENDABLE)
+    sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
+    return render_summary(sections)
 
 
 # --- Validation (lesson 08) ------------------------------------------------------------------
@@ -1318,21 +1402,23 @@ def importance(messages: list[dict], group: tuple[int, int], recency: float, w: 
 
 
 def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tail_start: int,
-                        weights: Weights = Weights()) -> list[dict]:
+                        weights: Weights = Weights(), precise_tools: tuple = ()) -> list[dict]:
     """Drop the least important whole groups between head and tail until the list fits, and leave a
     one-line note where something went. The order of what stays is unchanged (lesson 12)."""
     groups = message_groups(messages, head, tail_start)
     ranked = sorted(range(len(groups)), key=lambda g: importance(messages, groups[g], g / max(1, len(groups)), weights))
     requests = user_requests(messages)
+    held = {id(m) for m in precise_messages(messages, precise_tools)}
     total, evicted = estimate_tokens(messages), set()
     for g in ranked:
         if total <= target_tokens:
             break
         first = messages[groups[g][0]]
-        if (requests and first is requests[-1]) or find_constraints([first]):
-            continue  # the user's latest request and rules stay word for word where the user said them
+        if (requests and first is requests[-1]) or find_constraints([first]) or id(first) in held:
+            continue  # the user's latest request and rules, and precise results, stay word for word
         evicted.add(g)
-        total -= sum(message_tokens(m) for m in messages[groups[g][0]:groups[g][1]])
+        gone = messages[groups[g][0]:groups[g][1]]
+        total -= sum(message_tokens(m) for m in gone) - message_tokens(eviction_note(gone))  # the note costs too
     out, gap = list(messages[:head]), []
     for g, (i, j) in enumerate(groups):
         if g in evicted:
@@ -1348,11 +1434,14 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
 
 
 def eviction_note(gone: list[dict]) -> dict:
-    """One line for what was evicted, then its first and last error lines, as masking keeps them."""
+    """One line for what was evicted and the files it touched, then its first and last error lines,
+    as masking keeps them."""
     calls = [describe_call(c, 40) for m in gone for c in m.get("tool_calls") or []]
     what = ", ".join(calls[:4]) + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
     errors = error_lines("\n".join(content_text(m) for m in gone if m.get("role") == "tool"))
-    line = (f"[evicted] {len(gone)} messages{': ' + what if what else ''}; "
+    read, changed = files_touched(gone)
+    files = f"; files changed: {', '.join(changed)}" * bool(changed) + f"; files read: {', '.join(read)}" * bool(read)
+    line = (f"[evicted] {len(gone)} messages{': ' + what if what else ''}{files}; "
             "the archive holds them (use the recall tool)")
     return {"role": "user", "content": "\n".join([line, *errors])}
 
@@ -1530,7 +1619,7 @@ class Compactor:
     tail_share: float = 0.2  # layered, zones: the raw tail may take this share of the window
     snip_head: int = SNIP_HEAD  # lines a snipped output keeps from its start
     snip_tail: int = SNIP_TAIL  # and from its end
-    intermediate_tools: tuple = ("cache_get", "cache_set")  # results cleared once a later turn exists
+    intermediate_tools: tuple = INTERMEDIATE_TOOLS  # results cleared once a later turn exists
     precise_tools: tuple = ()  # results never masked, snipped or summarized
     lossless_at: float = 0.60  # zones: lossless steps from this share
     lossy_at: float = 0.85  # zones: lossy steps only past this share
@@ -1703,14 +1792,19 @@ class Compactor:
         tail = messages[tail_start:]
         if latest is not None and not any(m is latest for m in messages[:head] + tail):
             tail = [latest, *tail]
+        held = precise_messages(middle, self.precise_tools)  # never summarized: kept after the summary
+        middle = [m for m in middle if id(m) not in {id(h) for h in held}]
         if not middle:
             return messages
         if summarize is None:  # a tier that may be discarded archives nothing: _finish archives what left
             self.archive_messages(middle, run)
         focus = run.focus or (content_text(latest) if latest else None)
-        self.state.summary = (summarize or self.guard)(middle, focus)
+        header = replaced_line(middle, self.state)
+        self.state.summary = header + "\n" + (summarize or self.guard)(middle, focus)
+        self.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
         run.summarized = run.summarized or summarize is None  # the light tier calls no model
         self.remember(middle)
+        tail = held + tail
         ack = [ACK] if tail and tail[0].get("role") == "user" else []
         return [*messages[:head], self.summary_message(messages, run.focus), *ack, *tail]
 
@@ -1756,7 +1850,7 @@ class Compactor:
         run = run or Pass()
         head, tail_start = self.boundaries(messages)
         target = int(self.target * self.budget.effective(messages))
-        out = evict_by_importance(messages, target, head, tail_start, self.weights)
+        out = evict_by_importance(messages, target, head, tail_start, self.weights, self.precise_tools)
         self.archive_messages(leaving(messages, out), run)
         self.remember(leaving(messages, out))
         return out
@@ -1770,6 +1864,8 @@ class Compactor:
         requests = user_requests(messages)
         if requests and not any(m is requests[-1] for m in turn):
             turn = [requests[-1], *turn]
+        held = [m for m in precise_messages(messages, self.precise_tools) if not any(m is t for t in turn)]
+        turn = held + turn  # what precise tools returned is never cut: if it cannot fit, compact raises
         gone = [m for m in messages[len(system):] if not any(m is t for t in turn)]
         self.archive_messages(gone, run)
         # new turns leave and no summary ran yet in this compaction: one summarizer call at most
@@ -1778,8 +1874,9 @@ class Compactor:
             run.summarized = True
         self.remember(gone)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
-        turn = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),
-                                      keep_last=0)
+        cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),
+                                     keep_last=0)
+        turn = [t if any(t is h for h in held) else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
         out = [*system, self.summary_message(messages, run.focus), *ack, *turn]
         if self.over(out, 1.0, run):  # the summary itself does not fit:
@@ -1804,10 +1901,13 @@ class Compactor:
         out = repair(out)
         before, after = budget.history(original), budget.history(out)
         if after > budget.effective(out):
+            precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
             raise ContextOverflowError(
                 f"the latest turn with the pinned constraints needs {after:,} tokens but only "
-                f"{budget.effective(out):,} are left in the window after the last resort; raise "
-                "CONTEXT_WINDOW or shorten the latest message or tool output")
+                f"{budget.effective(out):,} are left in the window after the last resort"
+                + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
+                   f"compressed, take {precise:,} of them" if precise else "")
+                + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
         self.state.compactions += 1
         self.state.tokens_saved += max(0, before - after)
         over_trigger = after > self.trigger * budget.effective(out)

@@ -4,7 +4,7 @@ Motto: what was only a step, what was said twice, and what the agent wrote itsel
 The problem: masking (lesson 05) and snipping (lesson 06) treat every result alike. Three kinds of
 content can go even more safely, because the information survives somewhere else:
 
-    clear    a cache_get result was only a step: once a later turn used it, it becomes
+    clear    a cache_read result was only a step: once a later turn used it, it becomes
              "[tool cleared]"
     dedupe   the same call with the same output twice: the older copy points to the newer one
     shorten  the arguments of an old write_file hold the whole file, which is now on disk:
@@ -15,8 +15,8 @@ reusing every message they do not change. The newest results and the last calls 
 
 What changed since lesson 06: three more cheap layers; lesson 13 runs them all in one ladder.
 Try it: make the second read of cart.py return other text and see dedupe keep it; set keep_last=0.
-Explains compact.py Part II ("The cheap layers"): clear_tool_results, dedupe_tool_results,
-shorten_tool_arguments, shorten_value, map_strings.
+Explains compact.py Part III ("The cheap layers"): clear_tool_results, dedupe_tool_results,
+shorten_tool_arguments, shorten_value; Part II ("The archive"): map_strings.
 Run: python lessons/07_clear_and_dedupe.py
 """
 
@@ -35,14 +35,14 @@ CART_V2 = CART_V1 + "".join(f"def coupon_{n}(cart):\n    return cart.apply('SAVE
 
 def history() -> list[dict]:
     """A small task, one tool call per turn, ending with a result the model has not read yet."""
-    steps = [("cache_get", {"key": "pytest:lastfailed"}, '{\n  "tests/test_cart.py::test_coupon": true\n}'),
+    steps = [("cache_read", {"key": "pytest:lastfailed"}, '{\n  "tests/test_cart.py::test_coupon": true\n}'),
              ("read_file", {"path": "src/cart.py"}, CART_V1),
              ("bash", {"command": "pytest -q"}, "F..\nFAILED tests/test_cart.py::test_coupon\n1 failed"),
              ("read_file", {"path": "src/cart.py"}, CART_V1),  # the same call, the same output
              ("write_file", {"path": "src/cart.py", "content": CART_V2}, f"wrote {len(CART_V2):,} chars"),
              ("read_file", {"path": "src/cart.py"}, CART_V2),  # the same call, a new output
              ("bash", {"command": "pytest -q"}, "...\n3 passed"),
-             ("cache_get", {"key": "ci:last_run"}, '{"status": "green"}')]
+             ("cache_read", {"key": "ci:last_run"}, '{"status": "green"}')]
     messages = [{"role": "system", "content": "You are a coding agent."},
                 {"role": "user", "content": "Add coupon helpers to src/cart.py and make the tests pass."}]
     for n, (name, args, output) in enumerate(steps):
@@ -62,7 +62,7 @@ def main() -> None:
     cleared = clear_tool_results(messages)
     for i in changed(messages, cleared):
         print(f"[clear] #{i} {len(content_text(messages[i])):,} chars → {content_text(cleared[i])!r}")
-    print(f"[kept] #{len(messages) - 1} the newest cache_get result stays: no later turn has used it yet")
+    print(f"[kept] #{len(messages) - 1} the newest cache_read result stays: no later turn has used it yet")
 
     show.banner("dedupe_tool_results: the same output twice")
     deduped = dedupe_tool_results(messages)

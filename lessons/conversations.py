@@ -80,7 +80,7 @@ Tools:
 - edit_file(path, old, new): replace the exact text `old` with `new` in a file.
 - grep(pattern, path): search files under `path` for a regular expression.
 - bash(command): run a shell command in the repository root; returns stdout and stderr.
-- cache_get(key): read a value cached by earlier runs (test results, dependency locks, symbol
+- cache_read(key): read a value cached by earlier runs (test results, dependency locks, symbol
   indexes). Returns JSON, or null when the key is missing. Cheaper than recomputing.
 
 Tool outputs can be long. Quote only the lines you need when you explain something."""
@@ -549,10 +549,10 @@ def _cache_call(run: _Run) -> _Call:
     rng = run.rng
     key = rng.choice(["pytest:lastfailed", "deps:lock", "symbols:src/shopfront", "ci:last_run"])
     if rng.random() < 0.25:
-        return _call("cache_get", "null", key=key)
+        return _call("cache_read", "null", key=key)
     value = {"key": key, "hit": True,
              "value": sorted({_function_name(rng) for _ in range(rng.randint(4, 14))})}
-    return _call("cache_get", json.dumps(value, indent=2), key=key)
+    return _call("cache_read", json.dumps(value, indent=2), key=key)
 
 
 def _background_call(run: _Run, progress: float) -> _Call:

@@ -391,7 +391,7 @@ def test_snip_long_outputs_cuts_the_newest_unseen_batch_past_unseen_max_and_says
 
 
 def cache_conversation(later_turn: bool) -> list[dict]:
-    messages = [user("warm the cache"), *tool_turn("k1", "cache_get", "value-123 " * 30, key="users"),
+    messages = [user("warm the cache"), *tool_turn("k1", "cache_read", "value-123 " * 30, key="users"),
                 *tool_turn("k2", "read_file", "print('hi')", path="app.py")]
     return messages + ([assistant("cached and read")] if later_turn else [])
 
@@ -402,7 +402,7 @@ def test_intermediate_results_are_cleared_once_a_later_assistant_turn_exists():
 
 
 def test_intermediate_results_are_not_cleared_before_the_model_saw_a_later_turn():
-    messages = [user("warm the cache"), *tool_turn("k1", "cache_get", "value-123 " * 30, key="users")]
+    messages = [user("warm the cache"), *tool_turn("k1", "cache_read", "value-123 " * 30, key="users")]
     assert compact.clear_tool_results(messages) == messages
 
 
@@ -542,8 +542,8 @@ def test_summarize_structured_section_limits_keep_the_newest_items():
     messages += [assistant(f"I decided to take route {chr(65 + i)} because it is simpler.") for i in range(12)]
     found = sections(summarize_structured(messages))
     routes = [f"I decided to take route {chr(65 + i)} because it is simpler." for i in range(12)]
-    assert found["Decisions"] == routes[-SECTION_LIMITS["Decisions"]:]  # the newest ten, not the oldest
-    assert found["Progress"] == routes[-SECTION_LIMITS["Progress"]:]
+    assert found["Decisions"] == routes  # every decision, while the summary is within its budget
+    assert found["Progress"] == routes[-SECTION_LIMITS["Progress"]:]  # the newest progress
     goals = [m["content"] for m in messages[:10]]
     assert found["Goal"] == goals[:4] + goals[-4:]  # the task itself and the latest requests
 
@@ -553,8 +553,18 @@ def test_summarize_offline_keeps_identifiers_most_recent_first():
     assert sections(summarize_offline(messages))["Identifiers"] == ["HAT003, HAT002, HAT001"]
     many = [user("Check " + " ".join(f"ID{i:03d}X" for i in range(200)))]
     kept = sections(summarize_offline(many))["Identifiers"][0].split(", ")
-    limit = compact.IDENTIFIER_LIMIT
-    assert kept == [f"ID{i:03d}X" for i in range(199, 199 - limit, -1)]  # past the limit, the oldest go
+    budget = int(compact.IDENTIFIER_SHARE * compact.SUMMARY_TOKENS)
+    assert 50 < len(kept) < 200 and kept == [f"ID{i:03d}X" for i in range(199, 199 - len(kept), -1)]  # the oldest go
+    assert sum(compact.text_tokens(x) + 1 for x in kept) <= budget  # the rule: a share of the summary's budget
+
+
+def test_a_rolling_offline_summary_stays_within_its_budget_shrinking_the_oldest_details_first():
+    long = [user(f"Request {i}: " + "please look at the parser again " * 12) for i in range(60)]
+    text = summarize_offline(long)
+    assert compact.text_tokens(text) <= compact.SUMMARY_TOKENS + 50
+    said = sections(text)["User said"]
+    assert said[-1] == " ".join(long[-1]["content"].split())  # the newest whole
+    assert said[0].endswith("…") and len(said[0]) == compact.DETAIL_CHARS + 1  # the oldest shortened first
 
 
 # --------------------------------------------------------------------------------------------
@@ -689,7 +699,8 @@ def test_eviction_keeps_user_constraints_decisions_head_tail_and_order():
 def test_eviction_takes_the_lowest_importance_first():
     messages = eviction_case()
     one_read = message_tokens(messages[2]) + message_tokens(messages[3])
-    out = evict_by_importance(messages, estimate_tokens(messages) - one_read + 1, head=2, tail_start=16)
+    note = message_tokens(compact.eviction_note(messages[2:4]))  # what is evicted leaves a note that costs too
+    out = evict_by_importance(messages, estimate_tokens(messages) - one_read + note + 1, head=2, tail_start=16)
     assert len(results_of(out)) == 5  # exactly one group went
     assert messages[13] in out and messages[8] in out
     assert "c0" not in {m.get("tool_call_id") for m in out}

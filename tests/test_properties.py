@@ -36,7 +36,7 @@ CONSTRAINTS = ("Never modify the migrations folder.", "Always run the tests befo
                "Do not add new dependencies.", "请用中文回答。")
 DECISIONS = ("I decided to use a lock because two workers write the cart.", "The fix is to round once.",
              "Next I will run the tests again.")
-TOOLS = ("read_file", "bash", "grep", "write_file", "edit_file", "cache_get")
+TOOLS = ("read_file", "bash", "grep", "write_file", "edit_file", "cache_read")
 
 
 def words(rng: random.Random, n: int) -> str:
@@ -58,7 +58,7 @@ def arguments(rng: random.Random, name: str, big: bool) -> str:
         return json.dumps({"pattern": rng.choice(WORDS), "path": "src"})
     if name in ("write_file", "edit_file"):
         return json.dumps({"path": path, "content": tool_output(rng, 60 if big else 3)}, ensure_ascii=False)
-    if name == "cache_get":
+    if name == "cache_read":
         return json.dumps({"key": f"k{rng.randint(0, 9)}"})
     return json.dumps({"path": path})
 

@@ -346,10 +346,13 @@ WORK = [
     ("Errors seen", "E   ImportError: cannot import name 'Widget' from 'src.widgets'"),
     ("Progress", "All tests pass now: the import uses Gadget."),
     ("Focus", "the Gadget rename"),
+    ("User constraints (verbatim)", "Do not change the public API."),
+    ("Files changed", "src/app.py"),
 ])
 def test_the_offline_summary_keeps(section, expected):
     sections = parse_summary(summarize_offline(WORK[1:], focus="the Gadget rename"))
-    assert list(sections) == ["Task", "User said", "Decisions", "Identifiers", "Errors seen", "Progress", "Focus"]
+    assert list(sections) == ["Task", "User constraints (verbatim)", "User said", "Decisions", "Files changed",
+                              "Errors seen", "Identifiers", "Progress", "Focus"]
     assert any(expected in item for item in sections[section]), sections
 
 
