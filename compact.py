@@ -936,6 +936,7 @@ class CompactState:
 
 
 GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% growth before the next
+RECENT_FILES = 5  # the files a ladder's summary names as recently used (seed 000: 5, first in, first out)
 
 
 def summarize_safely(summarize: Callable, middle: list[dict], focus: str | None, state: CompactState) -> str:
@@ -1668,6 +1669,7 @@ class Compactor:
         whole request's size when the server counted it; `only` names the steps to run."""
         check_messages(messages)
         run, budget = Pass(focus, force), self.budget
+        self.note_files(messages)
         self.state.report = []
         size = budget.history(messages)
         if used is not None:  # the server's count, less what is not history, calibrates our estimates
@@ -1809,14 +1811,19 @@ class Compactor:
         return [*messages[:head], self.summary_message(messages, run.focus), *ack, *tail]
 
     def remember(self, leaving: list[dict]) -> None:
-        """Carry forward what must outlive the messages: pinned constraints and recent files."""
+        """Carry forward what must outlive the messages: the user's pinned constraints."""
         self.state.pinned = pin(self.state.pinned, find_constraints(leaving))
-        read, changed = files_touched(leaving)
-        for path in read + changed:
-            if path in self.state.recent_files:
-                self.state.recent_files.remove(path)
-            self.state.recent_files.append(path)
-        self.state.recent_files = self.state.recent_files[-5:]
+
+    def note_files(self, messages: list[dict]) -> None:
+        """evo-agent's RecentFiles: every file a call read or wrote, in the order used, the last
+        RECENT_FILES of them; noted at every call, not only when messages leave (lesson 13)."""
+        files = list(self.state.recent_files)
+        for m in messages:
+            for call in m.get("tool_calls") or []:
+                if call_name(call) in ("read_file", *WRITE_TOOLS):
+                    for path in PATH.findall((call.get("function") or {}).get("arguments") or ""):
+                        files = [f for f in files if f != path] + [path]
+        self.state.recent_files = files[-RECENT_FILES:]
 
     def summary_message(self, messages: list[dict] = (), focus: str | None = None) -> dict:
         """The summary, then what the compactor itself carries: pins, recent files (their current

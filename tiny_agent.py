@@ -672,7 +672,7 @@ def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | 
         with waiting(label="compacting"):
             return sawtooth(messages, summarize, threshold=config.threshold, keep_recent=1 if level >= 2 else
                             config.keep_recent, max_tokens=limit, tokens=tokens, focus=focus, force=level >= 1,
-                            state=state, archive=archive)
+                            state=state, archive=archive, precise_tools=config.precise_tools)
     return Compaction("sawtooth", fit, state=state, archive=archive)
 
 

@@ -1,0 +1,149 @@
+"""Nothing the agent needs is lost (issue 20): precise tools stay verbatim under every policy, every
+part of a message is counted, the summarizer sees the user's words whole, the sawtooth archives
+before it summarizes and does not call a summarizer that cannot help, pins are only rules, and
+the ladder notes every file it reads."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+import compact
+from compact import CompactState, Compactor, estimate_tokens, message_tokens, sawtooth
+from conftest import chat_response
+
+
+def call(call_id: str, name: str, **args) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def db_history(n: int = 6) -> list[dict]:
+    """A task, six exact database answers among long ordinary reads, and a latest request."""
+    messages = [{"role": "system", "content": "You are a careful data agent."},
+                {"role": "user", "content": "Reconcile the ledger for March."}]
+    for i in range(n):
+        messages += [{"role": "assistant", "content": f"Query {i}.", "tool_calls": [call(f"q{i}", "db_query", sql=f"select {i}")]},
+                     {"role": "tool", "tool_call_id": f"q{i}", "content": f"balance[{i}] = {1000 + i}.{i:02d} EUR"},
+                     {"role": "assistant", "content": f"Reading log {i}.", "tool_calls": [call(f"r{i}", "read_file", path=f"logs/{i}.txt")]},
+                     {"role": "tool", "tool_call_id": f"r{i}", "content": f"log {i} line\n" * 400}]
+    return messages + [{"role": "user", "content": "Now write the reconciliation."}]
+
+
+PRECISE = [pytest.param(lambda m: sawtooth(m, compact.summarize_offline, max_tokens=3_000, force=True,
+                                           precise_tools=("db_query",)), id="sawtooth")] + [
+    pytest.param(lambda m, p=policy: Compactor(context_window=8_000, reserved_output=1_000, policy=p,
+                                               summarize=compact.summarize_structured,
+                                               precise_tools=("db_query",)).compact(m, force=True), id=policy)
+    for policy in compact.POLICIES] + [
+    pytest.param(lambda m: Compactor(context_window=8_000, reserved_output=1_000, summarize=compact.summarize_structured,
+                                     precise_tools=("db_query",)).compact(m, force=True, only=("last resort",)),
+                 id="last resort")]
+
+
+@pytest.mark.parametrize("compaction", PRECISE)
+def test_precise_results_are_verbatim_after_every_policys_compaction_at_a_small_window(compaction):
+    messages = db_history()
+    out = compaction(copy.deepcopy(messages))
+    assert estimate_tokens(out) < estimate_tokens(messages)  # it did compact
+    answers = [m for m in messages if m.get("tool_call_id", "").startswith("q")]
+    assert all(any(a == m for m in out) for a in answers), "a precise result was compressed"
+    calls = [m for m in messages if m.get("tool_calls") and m["tool_calls"][0]["id"].startswith("q")]
+    assert all(any(c == m for m in out) for c in calls)  # with the calls that asked for them
+    assert not compact.find_problems(out)
+
+
+def test_when_precise_results_alone_do_not_fit_the_error_says_so():
+    messages = db_history()
+    big = [{**m, "content": m["content"] * 300} if m.get("tool_call_id", "").startswith("q") else m for m in messages]
+    ladder = Compactor(context_window=4_000, reserved_output=500, summarize=compact.summarize_structured,
+                       precise_tools=("db_query",))
+    with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(db_query\)"):
+        ladder.compact(big, force=True)
+
+
+def test_an_image_part_and_a_name_are_counted():
+    text = {"role": "user", "content": [{"type": "text", "text": "What is in this screenshot?"}]}
+    image = {"role": "user", "content": [*text["content"], {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+    assert message_tokens(image) - message_tokens(text) == compact.IMAGE_TOKENS == 85
+    named = {"role": "user", "name": "reviewer_bob", "content": "Looks good."}
+    assert message_tokens(named) > message_tokens({"role": "user", "content": "Looks good."})
+    audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "UklGR" * 50, "format": "wav"}}]}
+    assert message_tokens(audio) > 50  # another part: its JSON is counted, never nothing
+
+
+def test_a_60_line_user_message_reaches_the_summarizer_whole(fake_openai):
+    server = fake_openai(lambda body: (200, chat_response("## Goal\n- the summary")))
+    lines = "\n".join(f"requirement {i}: the report must list item {i}" for i in range(60))
+    middle = [{"role": "user", "content": "Start."},
+              {"role": "assistant", "content": "Reading.", "tool_calls": [call("a", "read_file", path="x.txt")]},
+              {"role": "tool", "tool_call_id": "a", "content": "x\n" * 200},
+              {"role": "user", "content": lines},
+              {"role": "assistant", "content": "Noted."},
+              {"role": "user", "content": "Go on."}]
+    compact.summarize_with_model(middle, client=compact.make_client(), model="m", window=32_000)
+    sent = server.requests[0]["messages"][1]["content"]
+    assert lines in sent  # all 60 lines, none cut
+    assert "lines cut" in sent  # while the long tool output is snipped
+
+
+def test_the_sawtooth_archives_what_leaves_before_its_summarizer_runs(tmp_path):
+    archive = compact.Archive.in_folder(tmp_path)
+    seen = []
+
+    def summarizer(middle, focus=None):
+        seen.append(len(archive.records()))  # the archive, as the summarizer finds it
+        return "short"
+    messages = db_history()
+    out = sawtooth(messages, summarizer, force=True, archive=archive, state=CompactState())
+    added = 1 + (compact.ACK in out)  # the summary, and an acknowledgement when the tail starts with the user
+    assert seen and seen[0] == len(messages) - len(out) + added  # all that left, before the summarizer ran
+    assert all(r["compaction"] == 1 for r in archive.records())
+
+
+def test_a_summarizer_that_does_not_help_is_called_once_not_on_every_iteration():
+    calls = []
+
+    def verbose(middle, focus=None):
+        calls.append(1)
+        return "word " * 20_000  # longer than what it would replace: no compaction
+    state, messages = CompactState(), db_history()[:40]
+    for i in range(6):  # six iterations, each adding a small message
+        out = sawtooth(messages, verbose, threshold=30, state=state)
+        assert out is messages
+        messages = messages + [{"role": "assistant", "content": f"step {i}"}]
+    assert len(calls) == 1 and state.floor > 0
+
+
+def test_the_summary_says_what_it_replaced_and_a_failed_summarizer_is_counted():
+    state = CompactState()
+    out = sawtooth(db_history(), lambda m, f=None: 1 / 0, force=True, state=state)
+    header = compact.summary_body(out[1]).split("\n")[0]
+    assert header.startswith("(Compaction 1 replaced ") and "tokens, turns 1-" in header
+    assert state.failures == 1 and "ZeroDivisionError" in state.last_error and state.compactions == 1
+
+
+@pytest.mark.parametrize("sentence", ["The function only works when the list is sorted.", "It never returns on Windows.",
+                                      "Without the fix, parsing crashes.", "I don't know why the test fails.",
+                                      "The value is always None here."])
+def test_a_bug_reports_descriptions_are_not_pinned(sentence):
+    assert compact.find_constraints([{"role": "user", "content": sentence}]) == []
+
+
+@pytest.mark.parametrize("sentence", ["Only change files in src/.", "Never add new dependencies.",
+                                      "Please don't touch the migrations.", "You must keep the public API.",
+                                      "不要修改配置文件。", "Always run the tests after an edit."])
+def test_rules_are_pinned(sentence):
+    assert compact.find_constraints([{"role": "user", "content": sentence}]) == [sentence]
+
+
+def test_the_ladder_notes_every_file_it_reads_not_only_those_that_leave():
+    ladder = Compactor(context_window=128_000)
+    messages = db_history(2)
+    assert ladder.compact(messages) is messages  # far below the trigger: nothing leaves
+    assert ladder.state.recent_files == ["logs/0.txt", "logs/1.txt"]
+
+
+def test_intermediate_tools_are_the_design_documents_names():
+    assert compact.INTERMEDIATE_TOOLS == ("cache_read", "cache_write")
