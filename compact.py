@@ -733,7 +733,7 @@ UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages d
 def flag_unverified(summary: str, source: str, confidence: bool = False) -> str:
     """Drift guard: a summary line whose numbers or paths appear nowhere in its source is marked
     (unverified), and the next update checks or drops it instead of repeating it. With `confidence`
-    (seed 002) the mark says how many of the line's facts were found (lesson 14)."""
+    the mark says how many of the line's facts were found (lesson 14)."""
     lines = []
     for line in summary.split("\n"):
         checked = re.sub(r"×\d+", "", line)  # "bash ×12" is counted by the summarizer, not quoted
@@ -936,7 +936,7 @@ class CompactState:
 
 
 GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% growth before the next
-RECENT_FILES = 5  # the files a ladder's summary names as recently used (seed 000: 5, first in, first out)
+RECENT_FILES = 5  # the files a ladder's summary names as recently used
 
 
 def summarize_safely(summarize: Callable, middle: list[dict], focus: str | None, state: CompactState) -> str:
@@ -1036,7 +1036,7 @@ class Budget:
     trigger: float = 0.7  # compact when the history passes this share of the effective window
     target: float = 0.5  # and bring it down to this share, so the next turns do not re-trigger
     fixed_tokens: int = 0  # what every request carries besides messages: the tool schemas
-    margin: float = 0.0  # share of the window held back because estimates err (seed 002: 0.10)
+    margin: float = 0.0  # share of the window held back because estimates err
 
     def effective(self, messages: list[dict]) -> int:
         system = sum(message_tokens(m) for m in messages if m.get("role") == "system")
@@ -1104,7 +1104,7 @@ def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
     return out
 
 
-SNIP_HEAD, SNIP_TAIL = 40, 40  # lines a snipped output keeps (seed 001 keeps 100 and 20)
+SNIP_HEAD, SNIP_TAIL = 40, 40  # lines a snipped output keeps
 
 
 def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HEAD, tail=SNIP_TAIL,
@@ -1127,7 +1127,7 @@ def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HE
 CLEARED = "[tool cleared]"
 
 
-INTERMEDIATE_TOOLS = ("cache_read", "cache_write")  # five-layer's examples of intermediate calls (seed 001)
+INTERMEDIATE_TOOLS = ("cache_read", "cache_write")  # five-layer's examples of intermediate calls
 
 
 def clear_tool_results(messages, tools=INTERMEDIATE_TOOLS):
@@ -1262,7 +1262,7 @@ EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest 
 
 
 def grade(sections: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Seed 004: detail graded by age. What an earlier summary said of progress folds into one line
+    """Detail graded by age. What an earlier summary said of progress folds into one line
     of first sentences; decisions, files, errors, identifiers and the user's words stay entries."""
     earlier = [part for line in sections.get(EARLIER, []) for part in line.split("; ")]
     told = [re.split(r"(?<=[.!?])\s", x)[0][:100] for x in sections.get("Progress", [])]
@@ -1375,7 +1375,7 @@ def message_groups(messages: list[dict], start: int, end: int) -> list[tuple[int
 
 @dataclass(frozen=True)
 class Weights:
-    """How eviction scores a group (lesson 12). The default adds; seed 002 multiplies."""
+    """How eviction scores a group (lesson 12): the default adds the weights; `multiply` multiplies them."""
 
     user: float = 3.0  # a user's own words
     assistant: float = 2.0  # the agent's prose; a bare tool call counts `call`
@@ -1385,7 +1385,7 @@ class Weights:
     decision: float = 2.0  # DECISION words (decided, because, 结论, 最终, ...)
     error: float = 1.5  # an error line
     constraint: float = 5.0  # a user constraint; those are never evicted anyway
-    multiply: bool = False  # seed 002: role weight × (1 + recency) × 1.5 per matching kind
+    multiply: bool = False  # role weight × (1 + recency) × 1.5 per matching kind
 
 
 def importance(messages: list[dict], group: tuple[int, int], recency: float, w: Weights = Weights()) -> float:
@@ -1502,11 +1502,11 @@ class SummaryGuard:
     max_tokens: int = 4_000  # a longer summary is refused
     max_failures: int = 3  # failures in a row that open the breaker
     cooldown: int = 5  # compactions the breaker stays open
-    confidence: bool = False  # label unverified lines with the share of their facts found (seed 002)
+    confidence: bool = False  # label unverified lines with the share of their facts found
     failures: int = 0  # state: failures in a row so far
     skip: int = 0  # state: compactions left before the summarizer is tried again
     last_error: str = ""  # state: the last failure, for the user
-    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened (seed 003)
+    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
 
     def __call__(self, messages: list[dict], focus: str | None = None) -> str:
         offline = self.offline or summarize_structured
@@ -1565,7 +1565,7 @@ PREFIX_STEPS = ("mask", "snip", "clear", "dedupe", "shorten")  # they rewrite me
 
 
 def batched(steps: list[tuple[str, Callable, bool]], budget: Budget) -> list[tuple[str, Callable, bool]]:
-    """Cache first (seed 001): neighbouring prefix-changing steps run as one batch, so the prefix the
+    """Cache first: neighbouring prefix-changing steps run as one batch, so the prefix the
     server has cached changes once, or not at all (lesson 16)."""
     out: list = []
     for name, step, lossy in steps:
@@ -1587,7 +1587,7 @@ def _run_all(steps: list[Callable], budget: Budget) -> Callable:
 
 
 def task_complexity(messages: list[dict]) -> float:
-    """Seed 002's measure, 0 to 1: the files the task touched and the kinds of error it met; twenty
+    """A task's complexity, 0 to 1: the files the task touched and the kinds of error it met; twenty
     of them together count as the most complex task (lesson 16)."""
     read, changed = files_touched(messages)
     kinds = {error_kind(line) for m in messages if m.get("role") == "tool"
@@ -1610,12 +1610,12 @@ class Compactor:
     trigger: float = 0.7  # start when the history passes this share of the effective window
     target: float = 0.5  # and stop once it is under this share
     fixed_tokens: int = 0  # tokens of the tool schemas every request carries
-    margin: float = 0.0  # share of the window held back for estimate errors (seed 002: 0.10)
+    margin: float = 0.0  # share of the window held back for estimate errors
     policy: str = "layered"  # one of POLICIES
     summarize: Callable | None = None  # (messages, focus) -> str; None: model if configured, else offline
     archive: Archive | None = None  # where everything that leaves is written first
     reattach: Callable[[str], str | None] | None = None  # reads a file's current text, or None
-    keep_last_results: int = 3  # tool results masking leaves whole (seed 000: 3)
+    keep_last_results: int = 3  # tool results masking leaves whole
     keep_recent: int = KEEP_RECENT  # hybrid: messages kept raw
     tail_share: float = 0.2  # layered, zones: the raw tail may take this share of the window
     snip_head: int = SNIP_HEAD  # lines a snipped output keeps from its start
@@ -1627,13 +1627,13 @@ class Compactor:
     lossy_resume: float = 0.75  # zones: ... and only while the lossless ones left it above this
     weights: Weights = field(default_factory=Weights)  # how eviction scores a group
     layers: tuple[str, ...] = ()  # the steps to run, in order; () is the policy's own (see LAYERS)
-    mask_every_call: bool = False  # mask old results before every call, not only past the trigger (seed 000)
+    mask_every_call: bool = False  # mask old results before every call, not only past the trigger
     cache_min_tokens: int = 0  # cache first: prefix-changing steps run as one batch, kept only when it
-    # frees at least this many tokens, as Anthropic's clear_at_least (seed 001); 0 runs them one by one
-    append_focus: bool = False  # the summary message ends with the focus it was made for (seed 000)
-    confidence: bool = False  # unverified summary lines say how many of their facts were found (seed 002)
-    adaptive_tail: bool = False  # the raw tail grows up to 2x with the task's complexity (seed 002)
-    graded: bool = False  # the rolling summary grades detail by age: the oldest in one line (seed 004)
+    # frees at least this many tokens, as Anthropic's clear_at_least; 0 runs them one by one
+    append_focus: bool = False  # the summary message ends with the focus it was made for
+    confidence: bool = False  # unverified summary lines say how many of their facts were found
+    adaptive_tail: bool = False  # the raw tail grows up to 2x with the task's complexity
+    graded: bool = False  # the rolling summary grades detail by age: the oldest in one line
     state: CompactState = field(default_factory=CompactState)
     guard: SummaryGuard = field(init=False)
 
@@ -1718,7 +1718,7 @@ class Compactor:
         return after < before
 
     def premask(self, messages: list[dict], run: Pass) -> list[dict]:
-        """Seed 000's MicroCompact: old tool results masked before every call, below the trigger
+        """MicroCompact: old tool results masked before every call, below the trigger
         too; with cache first, only when that frees `cache_min_tokens` at once."""
         new = mask_old_tool_results(messages, self.keep_last_results, self.precise_tools)
         freed = self.budget.history(messages) - self.budget.history(new)
@@ -1775,7 +1775,7 @@ class Compactor:
         return head, min(start, find_cut(messages, 1, head))  # the newest group always stays
 
     def summarize_light(self, messages: list[dict], run: Pass | None = None) -> list[dict]:
-        """Seed 001's light tier: the rolling summary the session already has, updated from the
+        """The light tier: the rolling summary the session already has, updated from the
         leaving turns by the extractive summarizer; no model call (lesson 13)."""
         return self.summarize_middle(messages, run, summarize=self.guard.offline)
 
@@ -1923,7 +1923,7 @@ class Compactor:
 
     def stats(self) -> str:
         """The compactor's health in a line or two: when the summarizer failed, and a warning while
-        summaries are degraded to extractive ones (seed 003)."""
+        summaries are degraded to extractive ones."""
         s, g = self.state, self.guard
         text = f"compactions: {s.compactions}, tokens saved: {s.tokens_saved:,}"
         when = ", ".join(time.strftime("%H:%M:%S", time.localtime(t)) for t in g.failed_at[-3:])
@@ -1994,22 +1994,22 @@ def summarize_tool_output(call: dict, output: str, max_tokens: int = 2_000, *, c
 # --- Presets: each design document's ladder, with its own numbers (lesson 16) ----------------
 
 PRESETS = {
-    # seed 000, evo-agent's three layers: MicroCompact masks before every call and keeps the last 3
+    # evo-agent's three layers: MicroCompact masks before every call and keeps the last 3
     # results; auto-compaction summarizes; the focus is appended to the summary
     "evo-agent": dict(layers=("reasoning", "mask", "summary", "last resort"), mask_every_call=True,
                       keep_last_results=3, append_focus=True),
-    # seed 001, the five-layer ladder: snip to 100 head and 20 tail lines, mask, clear and dedupe as
+    # the five-layer ladder: snip to 100 head and 20 tail lines, mask, clear and dedupe as
     # one cache-first batch, then the light tier that reuses the session's memory, then the rebuild
     "five-layer": dict(layers=("reasoning", "snip", "mask", "clear", "dedupe", "light", "summary", "last resort"),
                        snip_head=100, snip_tail=20, cache_min_tokens=2_000),
-    # seed 002, smart eviction with zones: multiplied importance, lossy steps from 75%, a 10% margin on
+    # smart eviction with zones: multiplied importance, lossy steps from 75%, a 10% margin on
     # estimates, confidence labels, and a kept window that grows with the task's complexity
     "smart-eviction": dict(policy="zones", weights=Weights(multiply=True), lossy_at=0.75, lossy_resume=0.75,
                            margin=0.10, confidence=True, adaptive_tail=True),
-    # seed 003, echo-agent's five stages: tool-specific placeholders, dedupe, snip, a summary whose
+    # echo-agent's five stages: tool-specific placeholders, dedupe, snip, a summary whose
     # transcript numbers the turns, and stats that time failures and warn when degraded
     "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "summary", "last resort")),
-    # seed 004, the sawtooth tutorial's closing note: the last messages raw, a rolling summary that
+    # the sawtooth tutorial's closing note: the last messages raw, a rolling summary that
     # grades detail by age
     "sawtooth-tutorial": dict(policy="hybrid", keep_recent=KEEP_RECENT, graded=True),
 }

@@ -638,16 +638,17 @@ def waiting(stream=None, label: str = "thinking"):
 
 
 def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None) -> int:
-    """Tokens of the next request: the server's count of what it saw last time, plus an estimate of
-    the messages added since. When the history was rewritten, the estimate, scaled up by how much
-    the server's tokenizer counted over ours last time (never down). The first reply calibrates."""
+    """Tokens of the next request. From the first reply on, the server's count of what it saw is
+    the truth, and what came since is estimated, scaled up by how much more the server's tokenizer
+    counted than ours (never down): small models' tokenizers count up to 45% more (lesson 03)."""
     estimate = estimate_tokens(messages) + SCHEMA_TOKENS
     if not usage:
         return estimate
     seen, counted = usage
+    ratio = max(1.0, counted / (estimate_tokens(seen) + SCHEMA_TOKENS))
     if len(seen) <= len(messages) and all(a is b for a, b in zip(seen, messages)):
-        return counted + sum(estimate_tokens([m]) - 3 for m in messages[len(seen):])
-    return round(estimate * max(1.0, counted / (estimate_tokens(seen) + SCHEMA_TOKENS)))
+        return counted + round(ratio * sum(estimate_tokens([m]) - 3 for m in messages[len(seen):]))
+    return round(estimate * ratio)
 
 
 def server_refused(error: Exception) -> int | None:
