@@ -100,7 +100,7 @@ def test_the_readme_states_the_size_of_each_copy_and_where_each_part_starts():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for layer in (1, 2):
         lines = sum(upto(name, layer).count("\n") for name in BANNERS) + ENTRY[layer].count("\n") + 2
-        stated = re.search(rf"copy {layer}[^|\n]*\| ([\d,]+) lines", readme)
+        stated = re.search(rf"copy {layer}[^\n]*\| ([\d,]+) lines \|", readme)
         assert stated and int(stated[1].replace(",", "")) == lines, f"README: copy {layer} is {lines} lines"
     for name, (second, third) in BANNERS.items():
         text = (ROOT / name).read_text(encoding="utf-8").split("\n")
