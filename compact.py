@@ -398,7 +398,7 @@ IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:
                         r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
                         r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
 IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
-SUMMARY_TOKENS = 2_000  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
+SUMMARY_TOKENS = 1200  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
 
 
 def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS)) -> list[str]:
@@ -418,6 +418,42 @@ def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_T
 
 
 # A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
+CALL_SHARE = 0.25  # the argument values of the calls, newest first, may take this share of a summary's budget
+CALL_VALUE_CHARS = 300  # longer values (a file's whole text) are left to the archive
+
+
+def call_values(messages: list[dict], budget: int = int(CALL_SHARE * SUMMARY_TOKENS)) -> list[str]:
+    """The argument values of the calls, whole (a command, a path, a query), distinct, the newest
+    first, while they fit in `budget` tokens: what an agent most often runs again (lesson 04)."""
+    found: dict[str, None] = {}
+    used = 0
+    for m in reversed(messages):
+        for call in reversed(m.get("tool_calls") or []):
+            try:
+                args = json.loads((call.get("function") or {}).get("arguments") or "{}")
+            except json.JSONDecodeError:
+                continue
+            for value in reversed(list(args.values()) if isinstance(args, dict) else []):
+                text = " ".join(str(value).split())
+                if 3 <= len(text) <= CALL_VALUE_CHARS and text not in found and not isinstance(value, (dict, list)):
+                    used += text_tokens(text) + 2
+                    if used > budget:
+                        return list(found)
+                    found[text] = None
+    return list(found)
+
+
+CODE = re.compile(r"```[\w-]*\n(.*?)```|`([^`\n]{3,})`", re.S)  # a fenced block's lines, or `inline code`
+
+
+def user_code(messages: list[dict]) -> list[str]:
+    """What the user wrote as code (a command to run, a name to use), line by line, verbatim: the
+    task's instructions often say exactly what to run (lesson 04)."""
+    lines = [line.strip() for m in user_requests(messages) for block, inline in CODE.findall(content_text(m))
+             for line in (block.split("\n") if block else [inline])]
+    return list(dict.fromkeys(x for x in lines if 3 <= len(x) <= CALL_VALUE_CHARS))
+
+
 DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
                       r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
 
@@ -474,11 +510,11 @@ ACK = {"role": "assistant", "content": "Understood. I have the summary of the ea
 # Without it: the user's own rules and the files changed so far are gone after two rolling summaries.
 
 # Sentences a user writes to limit what the agent may do, in English and Chinese.
-# A sentence that constrains: it starts with an imperative ("Only change src/", "Never add ...", "Please
-# don't ..."), says what must or must not be, or uses a Chinese imperative. A bug report's "it never
+# A sentence that constrains: it starts with an imperative, or one follows a colon ("Only change src/",
+# "Note: never add ...", "Please don't ..."), says what must or must not be, or uses a Chinese imperative. A bug report's "it never
 # returns" or "only fails on Windows" describes and is not pinned.
 CONSTRAINT = re.compile(
-    r"^\W*(?:please\s+)?(?:do not|don't|never|always|only|avoid|make sure|keep|leave|answer in|reply in"
+    r"(?:^|[:;]\s)\W*(?:please\s+)?(?:do not|don't|never|always|only|avoid|make sure|keep|leave|answer in|reply in"
     r"|respond in|write in|use only)\b"
     r"|\b(?:must|mustn't|must not|should not|shouldn't|may not|you can only|do not ever)\b"
     r"|\b(?:please|you)\s+(?:do not|don't|never|always|only)\b"
@@ -536,10 +572,12 @@ def render_summary(sections: dict[str, list[str]]) -> str:
                        for title, items in sections.items() if items)
 
 
-OFFLINE_SECTIONS = ("Task", "User constraints (verbatim)", "User said", "Decisions", "Files changed", "Files read",
-                    "Errors seen", "Identifiers", "Progress", "Focus")
+OFFLINE_SECTIONS = ("Task", "User constraints (verbatim)", "User's code (verbatim)", "User said", "Decisions",
+                    "Files changed", "Files read", "Files in outputs",
+                    "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Progress", "Focus")
 # Past the budget these give way first, the first named first; the task and the user's rules never do.
-EXPENDABLE = ("Progress", "User said", "Identifiers", "Files read", "Decisions", "Errors seen", "Files changed")
+EXPENDABLE = ("Progress", "User said", "Calls (arguments verbatim)", "Identifiers", "Files in outputs", "Files read", "Decisions",
+              "Errors seen", "User's code (verbatim)", "Files changed")
 DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
 
 
@@ -549,26 +587,34 @@ def summarize_offline(messages: list[dict], focus: str | None = None, budget: in
     earlier summary is carried forward, so a rolling summary does not decay (lesson 04)."""
     old = {t: x for m in messages if is_summary(m) for t, x in parse_summary(summary_body(m)).items()}
     plain = [m for m in messages if not is_generated(m)]
-    said = [" ".join(content_text(m).split()) for m in user_requests(plain)]
+    said = [" ".join(content_text(m).split())[:600] for m in user_requests(plain)]  # whole in the archive
     read, changed = files_touched(plain)
     texts = [content_text(m) + " " + " ".join((c.get("function") or {}).get("arguments") or "" for c in
                                               m.get("tool_calls") or []) for m in plain]
     errors = [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)]
-    new = {"Task": said[:1], "User constraints (verbatim)": find_constraints(plain), "User said": said[1:],
+    new = {"Task": said[:1], "User constraints (verbatim)": find_constraints(plain),
+           "User's code (verbatim)": user_code(plain), "User said": said[1:],
            "Decisions": [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
                          if DECISION.search(s)],
            "Files changed": changed, "Files read": read, "Errors seen": errors,
+           "Files in outputs": [p for m in plain if m.get("role") == "tool" for p in PATH.findall(content_text(m))],
            "Identifiers": identifiers(texts) + [x for line in old.get("Identifiers", []) for x in line.split(", ")],
+           "Calls (arguments verbatim)": call_values(plain),
            "Progress": [" ".join(content_text(m).split())[:300] for m in plain if m["role"] == "assistant"
                         and content_text(m)], "Focus": [focus] if focus else []}
     sections = {title: list(dict.fromkeys(old.get(title, []) + new[title])) for title in OFFLINE_SECTIONS}
     sections["Task"] = sections["Task"][:1]  # an earlier summary already holds the task
     sections["Identifiers"] = list(dict.fromkeys(new["Identifiers"]))[::-1]  # oldest first, like the rest
+    calls = new["Calls (arguments verbatim)"] + old.get("Calls (arguments verbatim)", [])
+    sections["Calls (arguments verbatim)"] = list(dict.fromkeys(calls))[::-1]
     sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
+    sections["Files in outputs"] = [p for p in sections["Files in outputs"]
+                                    if p not in sections["Files changed"] + sections["Files read"]]
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())  # a kind once,
     sections["Progress"], sections["Focus"] = sections["Progress"][-3:], sections["Focus"][-1:]  # its newest wording
     sections = fit_summary(sections, budget)
     sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
+    sections["Calls (arguments verbatim)"] = sections["Calls (arguments verbatim)"][::-1]  # the newest first
     return render_summary(sections)
 
 
@@ -1158,9 +1204,18 @@ def dedupe_tool_results(messages, precise_tools=()):
     return out
 
 
+NAMES_KEPT = 20  # a shortened argument lists up to this many names of what was cut
+
+
 def shorten_value(value, max_chars: int):
-    """Shorten long strings anywhere inside parsed JSON, so the arguments stay valid JSON."""
-    return map_strings(value, lambda s: s if len(s) <= max_chars else s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut]")
+    """Shorten long strings anywhere inside parsed JSON, so the arguments stay valid JSON; what was
+    cut is counted, and the names it used are listed, since the next step often reuses them."""
+    def cut(s: str) -> str:
+        if len(s) <= max_chars:
+            return s
+        names = list(dict.fromkeys(IDENTIFIER.findall(s[max_chars:])))[:NAMES_KEPT]
+        return s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut" + (f"; names: {', '.join(names)}]" if names else "]")
+    return map_strings(value, cut)
 
 
 def shorten_tool_arguments(messages, max_chars=400, keep_last=3):
@@ -1185,12 +1240,14 @@ def shorten_tool_arguments(messages, max_chars=400, keep_last=3):
 
 # --- The structured summary (lessons 04 and 10) ----------------------------------------------
 
-SECTIONS = ("Goal", "Earlier, in one line", "User constraints (verbatim)", "Decisions", "Files changed", "Files", "Identifiers",
+SECTIONS = ("Goal", "Earlier, in one line", "User constraints (verbatim)", "User's code (verbatim)", "Decisions",
+            "Files changed", "Files", "Identifiers", "Calls (arguments verbatim)",
             "Errors seen", "Tools run", "Progress", "Next step", "Relevant to the focus")
 SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Errors seen": 40, "Progress": 3, "Next step": 1,
                   "Relevant to the focus": 5}  # items; the other sections keep all of theirs, within the budget
-LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Identifiers", "Files", "Decisions", "Errors seen",
-                     "Files changed")  # past the budget these give way first, in this order
+LADDER_SUMMARY_TOKENS = 2_400  # the ladder summarizes less often than the sawtooth: its summary may be larger
+LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Calls (arguments verbatim)", "Identifiers", "Files",
+                     "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")  # past the budget these give way first, in this order
 
 
 def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
@@ -1213,7 +1270,9 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
         "Files changed": changed,
         "Files": [f"{p} (read)" for p in read if p not in changed]
                  + [f"{p} (in output)" for p in dict.fromkeys(seen) if p not in read + changed],
-        "Identifiers": identifiers(texts),
+        "Identifiers": identifiers(texts, int(IDENTIFIER_SHARE * LADDER_SUMMARY_TOKENS)),
+        "Calls (arguments verbatim)": call_values(plain, int(CALL_SHARE * LADDER_SUMMARY_TOKENS)),
+        "User's code (verbatim)": user_code(plain),
         "Errors seen": list({error_kind(e): e for e in errors}.values()),
         "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
         "Progress": [text[:300] for text in said],
@@ -1256,8 +1315,8 @@ def _limit_section(title: str, items: list[str]) -> list[str]:
 
 
 EARLIER = "Earlier, in one line"
-GRADED_KEEP = ("Goal", "User constraints (verbatim)", "Decisions", "Files changed", "Files", "Identifiers",
-               "Errors seen", "Tools run")  # what stays structured however old it is
+GRADED_KEEP = ("Goal", "User constraints (verbatim)", "User's code (verbatim)", "Decisions", "Files changed", "Files",
+               "Identifiers", "Calls (arguments verbatim)", "Errors seen", "Tools run")  # what stays structured however old it is
 EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest parts go
 
 
@@ -1290,11 +1349,15 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
             merged[title] = _merge_tool_counts(old, items)
         elif title == "Identifiers":  # the newest first, then the earlier summary's
             merged[title] = items + [x for line in old for x in line.split(", ")]
+        elif title == "Calls (arguments verbatim)":
+            merged[title] = items + old
         else:
             merged[title] = old + [x for x in items if x not in old]
     sections = {title: _limit_section(title, merged.get(title, [])) for title in SECTIONS}
-    sections["Identifiers"] = sections["Identifiers"][::-1]  # oldest first, like the rest, for fit_summary
-    sections = fit_summary(sections, SUMMARY_TOKENS, LADDER_EXPENDABLE)
+    for title in ("Identifiers", "Calls (arguments verbatim)"):  # oldest first, like the rest, for fit_summary
+        sections[title] = sections[title][::-1]
+    sections = fit_summary(sections, LADDER_SUMMARY_TOKENS, LADDER_EXPENDABLE)
+    sections["Calls (arguments verbatim)"] = sections["Calls (arguments verbatim)"][::-1]
     sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
     return render_summary(sections)
 
@@ -1436,7 +1499,7 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
 
 def eviction_note(gone: list[dict]) -> dict:
     """One line for what was evicted and the files it touched, then its first and last error lines,
-    as masking keeps them."""
+    as masking keeps them (lesson 12)."""
     calls = [describe_call(c, 40) for m in gone for c in m.get("tool_calls") or []]
     what = ", ".join(calls[:4]) + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
     errors = error_lines("\n".join(content_text(m) for m in gone if m.get("role") == "tool"))
@@ -1593,6 +1656,7 @@ def task_complexity(messages: list[dict]) -> float:
     kinds = {error_kind(line) for m in messages if m.get("role") == "tool"
              for line in content_text(m).split("\n") if ERROR_LINE.search(line)}
     return min(1.0, (len(set(read + changed)) + len(kinds)) / 20)
+TOO_LONG = "[this message alone would not fit the window, so it was cut; the archive holds it whole]"
 SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
 PIN_SHARE = 0.10  # pinned constraints may take this share of the effective window
 REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
@@ -1889,6 +1953,10 @@ class Compactor:
         if self.over(out, 1.0, run):  # the summary itself does not fit:
             self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
             out = [*system, self.summary_message(messages, run.focus), *ack, *turn]  # pins and archive note stay
+        if self.over(out, 1.0, run):  # the latest turn alone does not fit: its long texts are cut too
+            cut = [m if m.get("role") == "user" or any(m is h for h in held) or message_tokens(m) <= snip_max
+                   else _with_content(m, TOO_LONG + "\n" + snip_text(content_text(m), 20, snip_max * 3)) for m in turn]
+            out = [*system, self.summary_message(messages, run.focus), *ack, *cut]
         return out
 
     def archive_messages(self, gone: list[dict], run: Pass) -> None:
