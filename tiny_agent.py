@@ -162,6 +162,14 @@ def answer_open_calls(messages: list[dict]) -> None:
     answered = {m.get("tool_call_id") for m in messages[i + 1:]}
     messages += [{"role": "tool", "tool_call_id": c["id"], "content": INTERRUPTED}
                  for c in messages[i].get("tool_calls") or [] if c["id"] not in answered]
+    close_turn(messages, "[interrupted by the user]")
+
+
+def close_turn(messages: list[dict], note: str) -> None:
+    """A turn that stopped after tool results ends with an assistant note, so the next question
+    does not follow a tool result: Gemma's and Mistral's templates refuse two user turns in a row."""
+    if messages and messages[-1].get("role") == "tool":
+        messages.append({"role": "assistant", "content": note})
 
 
 def requested_focus(arguments: str) -> str:
@@ -1001,6 +1009,7 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
     except (openai.OpenAIError, ServerReplyError, ContextOverflowError) as error:
         if len(session.messages) == size + 1 and session.messages[-1].get("role") == "user":
             session.messages.pop()  # unanswered: ↑ brings the question back to send it again
+        close_turn(session.messages, f"[this turn ended with an error: {first_line(error, 120)}]")
         print(f"error: {diagnose(error, config)}")
     return False
 

@@ -1,5 +1,7 @@
 """Shared test set-up: no network beyond loopback, no model configured unless a test starts one,
-and a real OpenAI-compatible HTTP server on 127.0.0.1 for the model path."""
+and a real OpenAI-compatible HTTP server on 127.0.0.1 for the model path. Every chat request a
+scripted server receives is also rendered through five real chat templates (chat_templates.py):
+a request one of them refuses fails the test at teardown, as a strict server would refuse it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pytest_httpserver import HTTPServer
+
+import chat_templates
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "lessons")]
@@ -69,25 +74,87 @@ def chat_response(content=None, tool_calls=None, model="test-model") -> dict:
 
 class FakeOpenAI:
     """A scripted OpenAI-compatible server: `reply(body) -> (status, json)` answers each request,
-    and every request body is kept in `requests` for the test to inspect."""
+    and every request body is kept in `requests` for the test to inspect. Each body is rendered
+    through the five chat templates too; what they refuse goes to `template_errors` (template,
+    error, roles) and fails the test at teardown, while the scripted reply still goes out, so the
+    test's own assertions run first."""
 
     def __init__(self, httpserver, reply):
         from werkzeug import Response
         self.requests: list[dict] = []
+        self.template_errors: list[dict] = []
         self.base_url = httpserver.url_for("/v1")
+        SERVERS.append(self)
 
         def handle(request):
             body = json.loads(request.data)
             self.requests.append(body)
+            request.environ[CHECKED] = True
+            self.template_errors += chat_templates.rejections(body)
             status, payload = reply(body)
+            if isinstance(payload, dict) and (payload.get("usage") or {}).get("prompt_tokens") == 1:
+                payload = {**payload, "usage": {**payload["usage"], "prompt_tokens": counted(body)}}
             return Response(json.dumps(payload), status=status, content_type="application/json")
 
         httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(handle)
 
 
+def counted(body: dict) -> int:
+    """The prompt's size as a server reports it in `usage` (chat_response's placeholder 1 is replaced
+    by this): our estimate of the messages and the tool schemas."""
+    import compact
+    return compact.estimate_tokens(body.get("messages") or []) + compact.estimate_tokens(json.dumps(body.get("tools") or []))
+
+
+SERVERS: list[FakeOpenAI] = []  # every FakeOpenAI of the running test (test_repl's Script makes its own)
+STRAY: list[dict] = []  # refusals of chat requests a test's own handler answered (test_thinking, test_refusals)
+CHECKED = "chat_templates.checked"  # set on a request FakeOpenAI has rendered, so it is not rendered twice
+
+
+def refusal_report(errors: list[dict]) -> str:
+    """One paragraph per (template, error): how many requests, and the first one's role sequence."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for e in errors:
+        groups.setdefault((e["template"], e["error"]), []).append(e)
+    lines = [f"chat templates refused {len(errors)} rendering(s) of requests the agent sent "
+             "(a server with that template answers an error):"]
+    for (name, error), found in groups.items():
+        lines += [f"  {name}: {error} ({len(found)} request{'s' * (len(found) > 1)})", f"    roles: {found[0]['roles']}"]
+    return "\n".join(lines)
+
+
+@pytest.fixture(autouse=True)
+def chat_templates_accept_every_request(monkeypatch):
+    """Fail the test at teardown when any chat request a scripted server received in it, through
+    FakeOpenAI or a test's own handler on a pytest-httpserver server, would be refused by one of
+    the five chat templates."""
+    SERVERS.clear()
+    STRAY.clear()
+    dispatch = HTTPServer.dispatch
+
+    def rendering_dispatch(server, request):
+        response = dispatch(server, request)
+        if request.method == "POST" and request.path.endswith("/chat/completions") and not request.environ.get(CHECKED):
+            try:
+                body = json.loads(request.get_data())
+            except ValueError:
+                return response
+            STRAY.extend(chat_templates.rejections(body))
+        return response
+
+    monkeypatch.setattr(HTTPServer, "dispatch", rendering_dispatch)
+    yield
+    errors = [e for server in SERVERS for e in server.template_errors] + STRAY
+    SERVERS.clear()
+    STRAY.clear()
+    if errors:
+        pytest.fail(refusal_report(errors), pytrace=False)
+
+
 @pytest.fixture
-def fake_openai(httpserver, monkeypatch):
-    """Start a fake server with a reply function, and point the environment at it."""
+def fake_openai(httpserver, monkeypatch, chat_templates_accept_every_request):
+    """Start a fake server with a reply function, and point the environment at it. Its requests are
+    checked against the chat templates at teardown (chat_templates_accept_every_request)."""
     def start(reply) -> FakeOpenAI:
         server = FakeOpenAI(httpserver, reply)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)

@@ -348,11 +348,12 @@ WORK = [
     ("Focus", "the Gadget rename"),
     ("User constraints (verbatim)", "Do not change the public API."),
     ("Files changed", "src/app.py"),
+    ("Calls (arguments verbatim)", "python -m pytest -q"),
 ])
 def test_the_offline_summary_keeps(section, expected):
     sections = parse_summary(summarize_offline(WORK[1:], focus="the Gadget rename"))
     assert list(sections) == ["Task", "User constraints (verbatim)", "User said", "Decisions", "Files changed",
-                              "Errors seen", "Identifiers", "Progress", "Focus"]
+                              "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Progress", "Focus"]
     assert any(expected in item for item in sections[section]), sections
 
 
