@@ -722,7 +722,7 @@ def summary_request(previous: str, chunk: str, focus: str | None = None) -> list
     parts.append("<transcript>\n" + re.sub(r"<(/?)transcript>", r"&lt;\1transcript&gt;", chunk) + "\n</transcript>")
     if focus:
         parts.append(f"Focus the summary on: {focus}")
-    return [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
+    return [{"role": "system", "content": SECTIONS_PROMPT}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
 def model_configured() -> bool:
@@ -744,7 +744,7 @@ def summarize_with_model(messages: list[dict], focus: str | None = None, *, clie
     window = window or summary_window()
     answer = min(2_000, window // 4)  # room the model may use for the summary it writes
     earlier = "\n\n".join(summary_body(m) for m in messages if is_summary(m))
-    room = window - answer - text_tokens(SUMMARY_PROMPT) - text_tokens(earlier) - 100
+    room = window - answer - text_tokens(SECTIONS_PROMPT) - text_tokens(earlier) - 100
     for attempt in range(3):
         summary = earlier
         try:

@@ -7,7 +7,7 @@ use? That takes the same conversations, replayed through every strategy, measure
 How it works: lessons/benchmark.py replays each conversation like the agent loop that wrote it,
 compacting before every assistant message (a model call) and feeding the compacted list back:
 
-    history ──strategy──▶ request ──▶ tokens, cached prefix, find_problems, next-step identifiers
+    history ──strategy──▶ request ──▶ tokens, cached prefix, find_problems, what the next step needs
        ▲                     │
        └─────── + next messages
 
@@ -18,18 +18,22 @@ compacting before every assistant message (a model call) and feeding the compact
 It reports tokens (summarizer calls included) and cost with prompt caching as shares of "none",
 the growth exponent, the share of input that is a cached prefix (and, in a table of its own, how
 cache-first batching and masking before every call change it), which planted facts are still in
-the last request, the share of the identifiers the agent's next tool call used that are still in
-what it is sent, what the reasoning rung saves on a thinking model's history, the compactor's
-overhead next to json.dumps, and the issue's targets as PASS/FAIL lines. Every target is a ratio
-measured in this run; the run's wall-clock time is printed, never judged.
+the last request, the share of what the agent's next tool call used that is still in what it is
+sent (by three definitions: compact.IDENTIFIER's identifiers, whole argument values, and marked
+words; on recorded runs at 16k, 32k and 64k, with each strategy's worst case), what the reasoning
+rung saves on a thinking model's history, the compactor's overhead next to json.dumps, and the
+issue's targets as PASS/FAIL lines. Every target is a ratio measured in this run; the wall-clock
+time of each part is printed, never judged.
 
 What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once,
 lesson 16's presets and cache-first batching included.
 Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
-../shared/trajectories/*.jsonl --limit 20; --json | python -m json.tool; --plot tokens.png;
+../shared/trajectories/*.jsonl --limit 20 (--recorded-windows 8000 16000 for other windows than 16k,
+32k and 64k); --json | python -m json.tool; --plot tokens.png;
 --linearity (the ladder's time from 10,000 to 50,000 messages, about half a minute more);
---readme (rewrites the figures of README.md's "## Measured" section from this run).
-Explains compact.py: Compactor, compact_messages, drop_old_reasoning, IDENTIFIER (all sections);
+--readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
+"## Measured", from this run; with --trajectories ../shared/trajectories/*.jsonl the recorded ones too).
+Explains compact.py: Compactor, sawtooth, drop_old_reasoning, IDENTIFIER (all sections);
 PRESETS, Compactor.from_seed, cache_min_tokens, mask_every_call (Part II).
 Run: python lessons/15_benchmark.py
 """
@@ -48,7 +52,9 @@ import compact  # noqa: E402
 from benchmark import check_targets, pct, pct1, run_benchmark, text_chart  # noqa: E402
 
 CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")  # one summary line, between markers
+GUIDE = os.path.join(ROOT, "lessons", "README.md")  # the tables, in lesson 15's section
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,8 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--window", type=int, default=32_000, help="context window of the generated runs")
     parser.add_argument("--trajectories", nargs="*", default=[], help="JSONL files of recorded runs")
-    parser.add_argument("--recorded-window", type=int, default=16_000,
-                        help="their (smaller) window; they are replayed at --window too")
+    parser.add_argument("--recorded-windows", type=int, nargs="+", default=list(benchmark.RECORDED_WINDOWS),
+                        help="the windows the recorded runs are replayed at")
     parser.add_argument("--limit", type=int, help="replay only the first N runs of each file")
     parser.add_argument("--cached-rate", type=float, default=0.1, help="cached input price / input price")
     parser.add_argument("--json", action="store_true", help="print the results as JSON only")
@@ -66,7 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--linearity", action="store_true",
                         help="time the layered compactor at 10,000, 20,000 and 50,000 messages")
     parser.add_argument("--readme", action="store_true",
-                        help="rewrite the figures of README.md's Measured section from this (default) run")
+                        help="rewrite lesson 15's tables in lessons/README.md and README.md's summary line "
+                             "from this (default) run")
     parser.add_argument("--model", action="store_true",
                         help="summarize with the configured model (many calls: slow, and it costs money)")
     return parser.parse_args(argv)
@@ -78,21 +85,22 @@ def readme_refusal(args: argparse.Namespace) -> str | None:
     changed = [k for k, v in vars(args).items()
                if k not in ("trajectories", "json", "plot", "linearity", "readme") and v != defaults[k]]
     if changed:
-        return "the README holds the default run's figures; drop " + ", ".join("--" + k.replace("_", "-")
-                                                                               for k in changed)
-    compact.text_tokens("")  # loads the exact tokenizer if it is installed
-    if compact._EXACT[0] is None:
-        return 'the README counts tokens exactly: pip install -e ".[tokens]"'
+        return "the guide and the README hold the default run's figures; drop " + ", ".join(
+            "--" + k.replace("_", "-") for k in changed)
+    if not benchmark.exact_tokens():
+        return 'the guide and the README count tokens exactly: pip install -e ".[tokens]"'
     return None
 
 
 def table(rows: dict, retention: bool) -> None:
     print(f"  {'strategy':<17} {'tokens':>7} {'peak':>6} {'growth':>6} {'late':>5} {'cache':>6} "
-          f"{'cost':>6} {'over':>5} {'invalid':>8} {'next ids':>9}")
+          f"{'cost':>6} {'over':>5} {'invalid':>8} {'next ids':>9} {'values':>7} {'words':>7}")
     for name, r in rows.items():
+        step = r["next_step"]
         print(f"  {name:<17} {r['tokens_ratio']:>7.3f} {r['peak_ratio']:>6.3f} {r['growth']:>6.2f} "
               f"{r['late_growth']:>5.2f} {r['cache_hit']:>6.0%} {r['cost_ratio']:>6.3f} {r['over_window']:>5} "
-              f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4} {pct1(r['next_ids']):>9}")
+              f"{r['invalid']['openai']:>3}/{r['invalid']['anthropic']:<4} {pct1(step['identifiers']):>9} "
+              f"{pct1(step['values']):>7} {pct1(step['words']):>7}")
     if retention:
         print(f"\n  {'kept at the end':<17} {'recall':>7} {'artifact':>9} {'continue':>9} {'decision':>9} │ "
               f"{'constraints':>11} {'errors':>7}")
@@ -100,6 +108,19 @@ def table(rows: dict, retention: bool) -> None:
             k = r["retention"]
             print(f"  {name:<17} {pct(k['recall']):>7} {pct(k['artifact']):>9} {pct(k['continuation']):>9} "
                   f"{pct(k['decision']):>9} │ {pct(k['constraints']):>11} {pct(k['errors']):>7}")
+
+
+def next_step_table(pooled: dict) -> None:
+    """Each strategy's worst case over every definition and window, and the tokens at each window."""
+    windows = sorted(pooled, key=int)
+    print(f"  {'strategy':<17} {'worst case kept':>26} " + " ".join(f"{'tokens ' + str(int(w) // 1000) + 'k':>11}"
+                                                                  for w in windows))
+    for name in pooled[windows[0]]:
+        print(f"  {name:<17} {benchmark.worst_cell(benchmark.worst_case(pooled, name)):>26} "
+              + " ".join(f"{pooled[w][name]['tokens_ratio']:>11.1%}" for w in windows))
+    n = pooled[windows[0]]["none"]["next_step_n"]
+    for d in benchmark.NEXT_STEP.values():
+        print(f"  {d.name} ({n[d.name]:,} at each window): {d.sentence}")
 
 
 def cache_table(rows: dict) -> None:
@@ -129,6 +150,26 @@ def plot(series: dict, window: int, path: str) -> None:
     print(f"[plot] saved {path}")
 
 
+def write_figures(results: dict) -> None:
+    """--readme: the tables between their markers in lesson 15's section of the guide, and the
+    summary line between its markers in README.md (a half this run did not measure is kept)."""
+    with open(GUIDE, encoding="utf-8") as f:
+        guide = f.read()
+    blocks = benchmark.guide_blocks(results)
+    with open(GUIDE, "w", encoding="utf-8") as f:
+        f.write(benchmark.write_readme(guide, blocks, benchmark.GUIDE_SECTION))
+    with open(README, encoding="utf-8") as f:
+        readme = f.read()
+    line = benchmark.summary_line(results, benchmark.readme_section(readme, "summary"))
+    with open(README, "w", encoding="utf-8") as f:
+        f.write(benchmark.write_summary(readme, line))
+    show.banner("lessons/README.md: lesson 15's tables, rewritten; README.md: its summary line")
+    print("\n\n".join([*blocks.values(), line]))
+    if "recorded" not in blocks:
+        print("[readme] the recorded-runs block and half of the summary line were left as they are "
+              "(pass --trajectories to rewrite them)")
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     refusal = readme_refusal(args) if args.readme else None
@@ -142,11 +183,11 @@ def main(argv=None) -> None:
         for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
             os.environ.pop(name, None)
     results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
-                            trajectories=args.trajectories, recorded_window=args.recorded_window,
+                            trajectories=args.trajectories, recorded_windows=args.recorded_windows,
                             limit=args.limit, linearity_sizes=(10_000, 20_000, 50_000) if args.linearity else ())
     targets = check_targets(results)
     elapsed = time.perf_counter() - START
-    results["seconds"] = elapsed
+    results["seconds"]["total"] = elapsed
     if args.json:
         results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
         print(json.dumps(results, indent=1))
@@ -171,8 +212,13 @@ def main(argv=None) -> None:
     print("\n  tokens/peak/cost: shares of none (cost: cached prefix at the cached rate); growth: slope of\n"
           "  log(cumulative tokens) on log(turn), late = second half only; cache: share of input tokens\n"
           "  cached; over: requests larger than the window; invalid: lists OpenAI/Anthropic would refuse;\n"
-          "  next ids: of the identifiers each real next tool call used that appeared earlier in the run,\n"
-          "  the share still in the request the model was sent")
+          "  next ids, values, words: of what each real next tool call used that appeared earlier in the\n"
+          "  run, by each definition (below), the share still in the request the model was sent")
+    if results["recorded_pooled"]:
+        show.banner(f"What the next step needs, on all {sum(g['conversations'] for g in results['recorded'].values())}"
+                    f" recorded runs: the worst case of {len(benchmark.NEXT_STEP)} definitions × "
+                    f"{len(results['recorded_pooled'])} windows")
+        next_step_table(results["recorded_pooled"])
 
     cache = results["cache"]
     show.banner(f"Cache first: the layered ladder on the {cache['conversations']} generated runs of "
@@ -232,16 +278,9 @@ def main(argv=None) -> None:
     if args.plot:
         plot(results["series"], args.window, args.plot)
     if args.readme:
-        with open(README, encoding="utf-8") as f:
-            text = f.read()
-        blocks = benchmark.readme_blocks(results)
-        with open(README, "w", encoding="utf-8") as f:
-            f.write(benchmark.write_readme(text, blocks))
-        show.banner("README.md: the Measured section, rewritten")
-        print("\n\n".join(blocks.values()))
-        if "recorded" not in blocks:
-            print("[readme] the recorded-runs block was left as it is (pass --trajectories to rewrite it)")
-    print(f"[time] this run took {elapsed:.1f} s on {os.cpu_count()} cores (reported, not judged)")
+        write_figures(results)
+    parts = ", ".join(f"{part} {seconds:.1f} s" for part, seconds in results["seconds"].items() if part != "total")
+    print(f"[time] this run took {elapsed:.1f} s on {os.cpu_count()} cores ({parts}; reported, not judged)")
     print(f"[lesson 15] done: at {longest} turns the layered ladder sent {rows['layered']['tokens_ratio']:.1%} of "
           f"the tokens of no compaction; {sum(p is False for p, _ in targets)} of "
           f"{sum(p is not None for p, _ in targets)} targets checked failed")

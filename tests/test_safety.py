@@ -239,7 +239,7 @@ def test_the_model_summarizer_sees_tool_output_only_inside_the_transcript(tmp_pa
     transcripts = []
     for request in server.requests:  # the summary step, and the last resort updating it
         system, user = request["messages"]
-        assert (system["role"], system["content"]) == ("system", compact.SUMMARY_PROMPT)
+        assert (system["role"], system["content"]) == ("system", compact.SECTIONS_PROMPT)
         assert user["role"] == "user"
         text = user["content"]
         assert text.count("<transcript>") == 1 and text.count("</transcript>") == 1, \
