@@ -158,7 +158,7 @@ def system_head(messages: list[dict]) -> int:
 
 def pair_tool_results(messages: list[dict]) -> dict[int, dict]:
     """Map each tool result's index to the call it answers, looking only at the assistant message
-    directly before its run of results. Real models reuse ids across a conversation (lesson 02)."""
+    directly before its run of results. Real models reuse ids across a conversation (lessons 05, 08)."""
     pairs: dict[int, dict] = {}
     open_calls: list[dict] = []
     for i, m in enumerate(messages):
@@ -217,7 +217,7 @@ _PIECE = re.compile(rf"""
 
 def heuristic_tokens(text: str) -> int:
     """Count tokens without a tokenizer. chars/4 is off by half on Chinese and logs; this is within
-    a few percent of o200k on prose, code, JSON, logs and Chinese (lesson 04)."""
+    a few percent of o200k on prose, code, JSON, logs and Chinese (lesson 03)."""
     pieces = _PIECE.findall(text)
     cjk = len(pieces) - pieces.count("")
     return math.ceil(len(pieces) - cjk + 0.75 * cjk)  # common Chinese words (数据库) are one token
@@ -234,7 +234,7 @@ TOKEN_CACHE_SIZE = 200_000  # strings remembered; past it the oldest is forgotte
 
 def text_tokens(text: str) -> int:
     """Tokens in one string, exact with the `tokens` extra, memoized by identity so a long history
-    is not re-tokenized on every turn (lesson 04)."""
+    is not re-tokenized on every turn (lesson 03)."""
     hit = _TOKEN_CACHE.get(id(text))
     if hit is not None and hit[0] is text:  # the cache holds the string, so its id cannot be reused
         return hit[1]
@@ -495,10 +495,17 @@ def user_requests(messages: list[dict]) -> list[dict]:
     return [m for m in messages if m.get("role") == "user" and not is_generated(m)]
 
 
+REPLACED = re.compile(r"\(Compaction \d+ replaced [^\n]*\)\n")  # the header replaced_line writes
+
+
 def summary_body(message: dict) -> str:
-    """The summary text inside a summary message, without its framing or the compactor's notes."""
-    text = content_text(message).removeprefix(SUMMARY_INTRO)
+    """The summary text inside a summary message, without its framing, the header that says what
+    it replaced, or the compactor's notes: what the next summary updates."""
+    text = content_text(message).removeprefix(SUMMARY_INTRO).strip()
+    text = text[REPLACED.match(text).end():] if REPLACED.match(text) else text
     return text.split(EXTRA_RULE)[0].split("\n\n" + SUMMARY_OUTRO)[0].strip()
+
+
 def with_notes(summary: str, notes: str) -> str:
     """A summary with what the compactor itself adds below it (pins, the latest request, where the
     archive is), after a rule, so the next compaction reads the summary alone (lesson 04)."""
@@ -740,7 +747,7 @@ def summarize_with_model(messages: list[dict], focus: str | None = None, *, clie
                          model: str | None = None, window: int | None = None) -> str:
     """The cheap model, no tools, temperature 0.1. A middle larger than its window is read in pieces,
     oldest first, each answer folded into the next request. The model's tokenizer may count more
-    than our estimate: refused, the pieces halve and the reading starts again (lesson 03)."""
+    than our estimate: refused, the pieces halve and the reading starts again (lesson 04)."""
     window = window or summary_window()
     answer = min(2_000, window // 4)  # room the model may use for the summary it writes
     earlier = "\n\n".join(summary_body(m) for m in messages if is_summary(m))
@@ -763,7 +770,7 @@ def summarize_with_model(messages: list[dict], focus: str | None = None, *, clie
 
 def backfill(summary: str, messages: list[dict]) -> str:
     """What the extractive pass finds and the model's summary left out (the user's words, errors,
-    identifiers) is appended, so a weak summary model cannot erase them (lesson 03)."""
+    identifiers) is appended, so a weak summary model cannot erase them (lesson 04)."""
     wanted = parse_summary(summarize_offline(messages))
     missing = {title: [x for x in wanted.get(title, []) if x not in summary]
                for title in ("Task", "User constraints (verbatim)", "User said", "Files changed", "Errors seen")}
@@ -1075,7 +1082,7 @@ from collections import Counter  # noqa: E402
 @dataclass(frozen=True)
 class Budget:
     """How many tokens the history may use: the window, less the reserved output, the system
-    prompt, the tool schemas and a safety margin for estimates (lesson 04)."""
+    prompt, the tool schemas and a safety margin for estimates (lesson 03)."""
 
     context_window: int = 128_000  # tokens the model accepts in one request
     reserved_output: int = 8_000  # tokens kept free for the model's answer
@@ -1251,7 +1258,7 @@ LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Calls (arguments verb
 
 
 def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
-    """Pull each section's items out of the messages, verbatim where it matters (lesson 03)."""
+    """Pull each section's items out of the messages, verbatim where it matters (lesson 10)."""
     pairs = pair_tool_results(messages)
     plain = [m for m in messages if not is_generated(m)]
     said = [content_text(m) for m in plain if m.get("role") == "assistant" and content_text(m)]
@@ -1334,7 +1341,7 @@ def grade(sections: dict[str, list[str]]) -> dict[str, list[str]]:
 def summarize_structured(messages: list[dict], focus: str | None = None, graded: bool = False) -> str:
     """The ladder's extractive summary, no model: a section for each kind of fact, verbatim where it
     matters. An earlier summary in `messages` is updated, not summarized again; `graded` folds its
-    older progress into one line (lesson 03)."""
+    older progress into one line (lesson 10)."""
     merged: dict[str, list[str]] = {}
     for m in messages:
         if is_summary(m):
@@ -1740,7 +1747,8 @@ class Compactor:
             counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
             run.ratio, size = max(1.0, counted / max(1, size)), max(size, counted)
         start = self.lossless_at if self.policy == "zones" else self.trigger
-        if not force and (size <= start * budget.effective(messages) or size <= self.state.floor):
+        waiting = size <= self.state.floor and size <= budget.effective(messages)  # no progress yet, and it fits
+        if not force and (size <= start * budget.effective(messages) or waiting):
             return self.premask(messages, run) if self.mask_every_call else messages
         run.inputs, out = {id(m) for m in messages}, messages
         for name, step, lossy in self.steps():
@@ -1763,13 +1771,13 @@ class Compactor:
 
     def _apply(self, name: str, step: Callable, messages: list[dict], run: Pass) -> list[dict]:
         """Run one step, note what it did, and keep its result if `_accepted` says so."""
-        clock, summary = time.perf_counter(), self.state.summary
+        clock, summary, turns = time.perf_counter(), self.state.summary, self.state.turns
         new = step(messages, run)
         before, after = self.budget.history(messages), self.budget.history(new)
         self.state.report.append((name, before, after, time.perf_counter() - clock))
         if self._accepted(name, before, after, new, run):
             return new
-        self.state.summary = summary  # a tier that was not kept leaves no summary behind
+        self.state.summary, self.state.turns = summary, turns  # a tier that was not kept leaves nothing behind
         return messages
 
     def _accepted(self, name: str, before: int, after: int, new: list[dict], run: Pass) -> bool:
@@ -1954,7 +1962,8 @@ class Compactor:
             self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
             out = [*system, self.summary_message(messages, run.focus), *ack, *turn]  # pins and archive note stay
         if self.over(out, 1.0, run):  # the latest turn alone does not fit: its long texts are cut too
-            cut = [m if m.get("role") == "user" or any(m is h for h in held) or message_tokens(m) <= snip_max
+            exact = {id(m) for m in precise_messages(turn, self.precise_tools)}  # never cut, as everywhere
+            cut = [m if m.get("role") == "user" or id(m) in exact or message_tokens(m) <= snip_max
                    else _with_content(m, TOO_LONG + "\n" + snip_text(content_text(m), 20, snip_max * 3)) for m in turn]
             out = [*system, self.summary_message(messages, run.focus), *ack, *cut]
         return out

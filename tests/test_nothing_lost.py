@@ -119,7 +119,7 @@ def test_a_summarizer_that_does_not_help_is_called_once_not_on_every_iteration()
 def test_the_summary_says_what_it_replaced_and_a_failed_summarizer_is_counted():
     state = CompactState()
     out = sawtooth(db_history(), lambda m, f=None: 1 / 0, force=True, state=state)
-    header = compact.summary_body(out[1]).split("\n")[0]
+    header = next(line for line in out[1]["content"].split("\n") if line.startswith("(Compaction"))
     assert header.startswith("(Compaction 1 replaced ") and "tokens, turns 1-" in header
     assert state.failures == 1 and "ZeroDivisionError" in state.last_error and state.compactions == 1
 

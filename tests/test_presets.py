@@ -174,12 +174,21 @@ def test_the_light_tier_reuses_the_rolling_summary_without_a_model_call_when_tha
                       target=0.01)
     tight.compact(messages)
     assert [n for n, *_ in tight.report] == ["light", "summary"] and len(calls) == 1
-    assert tight.state.summary.startswith("## Goal\n- Survey the code.")  # the rebuild's, not the light one's
+    header, body = tight.state.summary.split("\n", 1)
+    assert body.startswith("## Goal\n- Survey the code.")  # the rebuild's, not the light one's
+    assert header.startswith("(Compaction 1 replaced 18 messages,") and "turns 1-9" in header  # the light tier's
+    # turns were not counted, since its summary was not kept
 
 
-def test_the_agent_runs_a_preset_from_the_command_line(capsys):
+def test_the_agent_runs_a_preset_from_the_command_line(capsys, monkeypatch, tmp_path):
+    # changed with the redesign: a preset is a strategy name, and `--preset X` is `--strategy X`
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert tiny_agent.parse_args(["--preset", "echo-agent"]).strategy == "echo-agent"
     assert tiny_agent.main(["--preset", "echo-agent", "--max-iterations", "20"]) == 0
     out = capsys.readouterr().out
-    assert "(layered)" in out and "[compact]" in out
-    with pytest.raises(SystemExit):
+    assert "(echo-agent)." in out and "[compact]" in out
+    with pytest.raises(SystemExit) as wrong:
         tiny_agent.main(["--preset", "nine-layer"])
+    assert wrong.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "'nine-layer'" in err, err

@@ -1,6 +1,8 @@
-"""The real agent against a real server: llama.cpp's OpenAI-compatible server serving SmolLM2-135M
-with a 2,048-token window (tests/live/serve_llama.sh). A 135M model's answers are poor; these tests
-check the plumbing: no HTTP error left unrecovered, the loop goes on, compactions fit the window.
+"""The real agent against a real server: llama-cpp-python's OpenAI-compatible server serving
+SmolLM2-135M with a 2,048-token window (tests/live/serve_llama.sh), and, where a test takes
+`smollm2_server`, llama.cpp's own llama-server too (serve_llama_server.sh; see conftest.py). A 135M
+model's answers are poor; these tests check the plumbing: no HTTP error left unrecovered, the loop
+goes on, compactions fit the window.
 
 The agent runs as a user runs it, `python tiny_agent.py "<task>"`, in a scratch workspace, never
 with --yes; with bubblewrap installed its bash runs jailed there (the model's commands are random)."""
@@ -30,7 +32,7 @@ def agent(workspace: Path, base_url: str, model: str, *args: str, **env: str) ->
     """`python tiny_agent.py ...` with only the live server configured."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LIVE_"))}
     clean.update({"OPENAI_BASE_URL": base_url, "MODEL": model, "SUMMARY_MODEL": model, "CONTEXT_WINDOW": "2048",
-                  "PYTHONIOENCODING": "utf-8", **env})
+                  "PYTHONIOENCODING": "utf-8", "XDG_STATE_HOME": str(workspace.parent / "records"), **env})
     return subprocess.run([sys.executable, str(ROOT / "tiny_agent.py"), "--workspace", str(workspace), *args],
                           cwd=workspace, env=clean, capture_output=True, text=True, timeout=900,
                           stdin=subprocess.DEVNULL)
@@ -38,12 +40,15 @@ def agent(workspace: Path, base_url: str, model: str, *args: str, **env: str) ->
 
 def test_the_first_request_is_estimated_within_15_percent_of_the_servers_count(live_base_url, live_model,
                                                                                    monkeypatch):
+    """llama-cpp-python only: it renders the schemas. llama-server with SmolLM2's template renders
+    none (103 prompt tokens with or without them, RESPONSES.md), so there the count says nothing
+    about the schema estimate."""
     import tiny_agent
     from openai import OpenAI
     monkeypatch.setenv("CONTEXT_WINDOW", "2048")
     session = tiny_agent.new_session(tiny_agent.load_config())
     session.messages.append({"role": "user", "content": TASK})
-    estimate = tiny_agent.request_tokens(session)
+    estimate = tiny_agent.request_tokens(session.messages, None)
     model = tiny_agent.openai_model(OpenAI(base_url=live_base_url, api_key="x", max_retries=0), live_model)
     counted = model(session.messages, tiny_agent.TOOL_SCHEMAS)["usage"]
     assert abs(estimate - counted) <= 0.15 * counted, (estimate, counted)
@@ -59,24 +64,25 @@ def test_the_agent_runs_a_many_tool_task_through_compactions(workspace, live_bas
     assert output.count("[tool]") >= 4  # the loop went on through many calls
 
 
-def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, live_base_url, live_model):
+def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, smollm2_server):
     """CONTEXT_WINDOW says 8,192 and the task comes with long notes, but the server holds 2,048: the
     agent's own trigger is far away, the server refuses the very first request, and reactive
     compaction recovers (archiving what it cuts) without ever re-sending the refused request."""
     notes = " ".join(f"Note {n}: the meeting in room {100 + n} moved to the afternoon." for n in range(160))
-    done = agent(workspace, live_base_url, live_model, f"{TASK} My notes: {notes}", "--max-iterations", "6",
-                 CONTEXT_WINDOW="8192")
+    done = agent(workspace, smollm2_server.url, smollm2_server.model, f"{TASK} My notes: {notes}",
+                 "--max-iterations", "6", CONTEXT_WINDOW="8192")
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3_000:]
     assert "the server refused the request as too long" in output, output[-3_000:]
     after = output.split("the server refused the request as too long", 1)[1]
-    assert "[compact]" in after and "[tool]" in after, output[-3_000:]  # it compacted, then went on
+    assert "[compact]" in after, output[-3_000:]  # it compacted...
+    if smollm2_server.calls_tools:
+        assert "[tool]" in after, output[-3_000:]  # ...then went on (llama-server's model sees no tools)
     archived = "".join(p.read_text(encoding="utf-8") for p in (workspace / ".tiny_agent" / "archive").glob("*.jsonl"))
     assert "Note 159: the meeting in room 259" in archived  # what was cut is archived whole
 
 
-def test_the_summary_model_reads_a_large_middle_in_pieces_that_fit_its_window(live_base_url, live_model,
-                                                                                 monkeypatch):
+def test_the_summary_model_reads_a_large_middle_in_pieces_that_fit_its_window(smollm2_server, monkeypatch):
     import compact
     from openai import OpenAI
     sys.path.insert(0, str(ROOT / "lessons"))
@@ -85,16 +91,16 @@ def test_the_summary_model_reads_a_large_middle_in_pieces_that_fit_its_window(li
     monkeypatch.setenv("SUMMARY_CONTEXT_WINDOW", "2048")
     pieces = compact.transcript_chunks(messages, 1_000)
     assert len(pieces) > 1  # the middle is larger than one request
-    client = OpenAI(base_url=live_base_url, api_key="x", max_retries=0)
-    summary = compact.summarize_with_model(messages, client=client, model=live_model)  # raises on any HTTP error
+    client = OpenAI(base_url=smollm2_server.url, api_key="x", max_retries=0)
+    summary = compact.summarize_with_model(messages, client=client, model=smollm2_server.model)  # raises on any HTTP error
     assert isinstance(summary, str)
 
 
-def test_lesson_03_runs_with_the_real_model(live_base_url, live_model):
+def test_lesson_03_runs_with_the_real_model(smollm2_server):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LIVE_"))}
-    env.update(OPENAI_BASE_URL=live_base_url, MODEL=live_model, SUMMARY_MODEL=live_model,
+    env.update(OPENAI_BASE_URL=smollm2_server.url, MODEL=smollm2_server.model, SUMMARY_MODEL=smollm2_server.model,
                SUMMARY_CONTEXT_WINDOW="2048", CONTEXT_WINDOW="2048", PYTHONIOENCODING="utf-8")
-    done = subprocess.run([sys.executable, str(ROOT / "lessons" / "03_summarizer.py")], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, str(ROOT / "lessons" / "04_summarizer.py")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3_000:]
     assert "summary model failed" not in done.stdout + done.stderr, (done.stdout + done.stderr)[-3_000:]
