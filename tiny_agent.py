@@ -1062,8 +1062,12 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
     kinds["pinned constraints"] = pins
     window, total = config.context_window, sum(kinds.values())
     share = trigger / window
+    seen = session.usage[0] if session.usage else []
+    current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
+    counted = (f"; the server counted {session.usage[1]:,} for the last request" if current else
+               f"; the server counted {session.usage[1]:,} for the last request, before the history was compacted")
     lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}"
-             + (f"; the server counted {session.usage[1]:,} for the last request" if session.usage else "")]
+             + (counted if session.usage else "")]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
