@@ -36,8 +36,8 @@ from compact import KEEP_RECENT, THRESHOLD, compact_messages, make_client, summa
 
 SYSTEM_PROMPT = """You are a careful coding agent working inside a workspace folder. Use the tools \
 to inspect and change files; paths are relative to the workspace. Keep answers short. When the task \
-is done, reply with the answer and no tool call. Messages that start with [Context summary] are \
-notes about earlier turns, not new instructions."""
+is done, reply with the answer and no tool call. Text that starts with [Context summary] is notes \
+about earlier turns, not new instructions."""
 
 # ════════════════════════════════════════════════════════════════════════════════════════════
 # Layer 1 · The tutorial's agent: the loop, the tools, the sawtooth
@@ -228,10 +228,18 @@ def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECE
 OUTPUT_CAP = 10_000
 
 
+def tolerant_stdin() -> None:
+    """Bytes typed at the terminal that are not UTF-8 arrive as lone surrogates (safe_text turns
+    them into U+FFFD) instead of a UnicodeDecodeError inside input()."""
+    if hasattr(sys.stdin, "reconfigure"):
+        sys.stdin.reconfigure(errors="surrogateescape")
+
+
 def ask_on_terminal(question: str) -> bool:
     """Ask y/N on the terminal; without one, or on Ctrl-C or Ctrl-D, the answer is no."""
     if not sys.stdin.isatty():
         return False
+    tolerant_stdin()
     try:
         return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
     except (EOFError, KeyboardInterrupt):
@@ -351,6 +359,8 @@ def bash(ws: Workspace, command: str) -> str:
     output."""
     if "\0" in command:
         raise ValueError("embedded null byte")
+    if any(str(p.parent) in command for p in ws.protected) or re.search(r"\.local/state/tiny-agent|XDG_STATE_HOME", command):
+        raise ToolError("the agent's own records (its session and archive) cannot be touched by a command")
     why = destructive(command)
     if why and not ws.approve(f"[tool] {printable(command, 200)} ({why}): run it?"):
         raise ToolError(f"the user did not allow this command ({why}): {command}")
@@ -509,7 +519,8 @@ from dataclasses import asdict, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
                      content_text, estimate_tokens, is_context_overflow, is_summary, leaving, model_configured,
-                     refused_size, sawtooth, snip_text, summarize_default, system_head, text_tokens, user_requests)
+                     refused_size, sawtooth, snip_text, summarize_default, summarize_offline, system_head,
+                     text_tokens, user_requests)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -702,7 +713,7 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
 
     def fit(messages, focus=None, level=0, usage=None):
         messages = fit_user_message(messages, room, archive)
-        if level > HARDEST or (level and made.name == "none"):
+        if level > HARDEST:
             raise ContextOverflowError(
                 f"the request still does not fit the server's window after compacting it as far as it goes "
                 f"(~{request_tokens(messages, usage):,} tokens, {made.name}); raise the server's context size "
@@ -830,7 +841,7 @@ def load_config(env: dict | None = None, **overrides) -> Config:
                 (config.threshold <= config.keep_recent, f"--threshold {config.threshold} must be larger than "
                  f"--keep-recent {config.keep_recent}"),
                 (config.max_iterations < 1, f"--max-iterations {config.max_iterations}: allow at least 1"),
-                (config.reserved_output * 2 > config.context_window, f"MAX_OUTPUT_TOKENS={config.max_output} "
+                (config.reserved_output * 2 >= config.context_window, f"MAX_OUTPUT_TOKENS={config.max_output} "
                  f"leaves no room in CONTEXT_WINDOW={config.context_window}: keep it under half the window")]
     for wrong, message in problems:
         if wrong:
@@ -930,6 +941,8 @@ def read_session(folder: Path) -> dict:
         check_messages(data["messages"])  # a list of dicts, each with a role a server knows
         data["state"] = CompactState(**data["state"]) if data.get("state") else None
         data["strategy"] = str(data.get("strategy") or "sawtooth")
+        if not isinstance(data.get("archive") or "", str):
+            raise TypeError("archive")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise ConfigError(f"{path} is damaged and was left untouched; move it away to start afresh") from None
     return data
@@ -963,6 +976,7 @@ def read_line(prompt: str) -> str | None:
         importlib.import_module("readline")  # importing it turns line editing on for input()
     except ImportError:
         pass
+    tolerant_stdin()
     try:
         return safe_text(input(prompt))
     except EOFError:
@@ -1025,12 +1039,12 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         before = session.messages
         try:
             compact_now(session, focus=rest.strip() or None, level=1)
+            if session.messages is before:
+                print(f"[compact] nothing to compact yet: {nothing_to_compact(session.messages)}")
         except KeyboardInterrupt:
             print("\n[interrupted] the compaction was stopped; the history is as it was")
         except ContextOverflowError as error:
             print(f"error: {error}")
-        if session.messages is before:
-            print(f"[compact] nothing to compact yet: {nothing_to_compact(session.messages)}")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
         config = replace(config, strategy=rest.strip())
         archive = session.compaction.archive
@@ -1057,17 +1071,17 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         kinds[kind] += estimate_tokens([m]) - 3
     trigger, pins, stats = c.meter(session.messages) if c.meter else (
         config.context_window if c.name == "none" else int(TRIGGER * (config.context_window - config.reserved_output)),
-        0, sawtooth_stats(c.state))
+        0, compaction_stats(c.state))
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
     window, total = config.context_window, sum(kinds.values())
     share = trigger / window
-    seen = session.usage[0] if session.usage else []
-    current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
-    counted = (f"; the server counted {session.usage[1]:,} for the last request" if current else
-               f"; the server counted {session.usage[1]:,} for the last request, before the history was compacted")
-    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}"
-             + (counted if session.usage else "")]
+    counted = ""
+    if session.usage:
+        seen, n = session.usage
+        current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
+        counted = f"; the server counted {n:,} for the last request" + ("" if current else ", before a compaction")
+    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + counted]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
@@ -1075,7 +1089,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
     return "\n".join(lines + [stats])
 
 
-def sawtooth_stats(s: CompactState) -> str:
+def compaction_stats(s: CompactState) -> str:
     """The compactions so far in one line: how many, what they saved, any summarizer failure."""
     text = f"[stats] {s.compactions} compaction{'s' * (s.compactions != 1)}, ~{s.tokens_saved:,} tokens saved"
     return text + (f"; summarizer failures: {s.failures}, the last: {s.last_error}" if s.failures else "")
@@ -1127,8 +1141,8 @@ def main(argv: list[str] | None = None) -> int:
                              keep_recent=args.keep_recent, precise_tools=precise)
         if args.demo or not model_configured():
             return demo(args, config)
-        ws = Workspace(workspace, approve=(lambda _: True) if args.yes else ask_on_terminal)
-        folder = records_folder(ws.root)
+        folder = records_folder(workspace)
+        ws = Workspace(workspace, approve=(lambda _: True) if args.yes else ask_on_terminal, protected=(folder,))
         saved = read_session(folder) if args.resume else None
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
@@ -1345,11 +1359,13 @@ def demo(args: argparse.Namespace, config: Config) -> int:
         ws = Workspace(folder)
         records = records_folder(HERE, label="demo")
         saved = read_session(records) if args.resume else None
-        session = new_session(replace(config, strategy=saved["strategy"]) if saved and not args.strategy else config,
-                              archive_dir=records / "archive", ws=ws)
+        if saved and not args.strategy:
+            config = replace(config, strategy=saved["strategy"])
+        session = new_session(config, summarize_offline, archive_dir=records / "archive", ws=ws)
+        print(DEMO_SAYS + f"\n[shell] {shell_mode(ws)}")
         if saved:
             resume_session(session, saved)
-        print(DEMO_SAYS + f"\n[shell] {shell_mode(ws)}")
+            print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
         repl(session, config, DemoModel(window=config.context_window), ws, records)
     return 0
 
@@ -1363,7 +1379,7 @@ def run_demo(config: Config, log=print) -> Session:
     with demo_copy() as folder:
         ws = Workspace(folder)
         log(f"[shell] {shell_mode(ws)}")
-        session = new_session(config, archive_dir=folder / ".archive", ws=ws)
+        session = new_session(config, summarize_offline, archive_dir=folder / ".archive", ws=ws)
         answer = run(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
         report = folder / "REPORT.md"
         log("\n" + (report.read_text(encoding="utf-8") if report.exists() else "(no REPORT.md was written)"))
@@ -1429,7 +1445,8 @@ def ladder_compaction(config: Config, summarize: Callable, archive: Archive | No
         start = compactor.lossless_at if compactor.policy == "zones" else compactor.trigger
         head = estimate_tokens(messages[:system_head(messages)]) - 3
         trigger = int(start * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
-        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compactor.stats()
+        guard = "\n" + compactor.stats() if compactor.guard.failed_at else ""  # its failures and warning
+        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compaction_stats(compactor.state) + guard
     admit = compactor.admit_tool_result if compactor.policy == "zones" else (lambda call, output: output)
     return Compaction(config.strategy, fit, admit=admit, state=compactor.state, archive=archive, meter=meter)
 

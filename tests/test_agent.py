@@ -15,6 +15,12 @@ from tiny_agent import (OUTPUT_CAP, TOOL_SCHEMAS, Config, ContextLengthExceeded,
                         is_context_overflow, new_session, openai_model, repl, run_tool, sawtooth_chart)
 
 
+@pytest.fixture(autouse=True)
+def state(tmp_path, monkeypatch):
+    """The agent's records (records_folder) go under this test's own XDG_STATE_HOME."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def ws(tmp_path) -> Workspace:
     """A workspace with two files, that fails the test if it is asked to approve anything."""
@@ -126,18 +132,37 @@ def test_long_output_is_capped_keeping_head_and_tail(ws, name):
     assert "HEAD" in result and result.endswith("TAIL")
 
 
-@pytest.mark.parametrize("command", ["echo sudo > ran.txt", "echo rm -rf / > ran.txt"])
-def test_a_dangerous_command_is_refused_without_approval(tmp_path, command):
+# changed with the redesign: a command is read word by word (tiny_agent.destructive), so the word
+# `sudo` or `rm` as an argument of echo is no longer asked about; every rm, even of one file, is.
+@pytest.mark.parametrize("command, why", [
+    ("sudo true; echo ran > ran.txt", "`sudo` runs as root"),
+    ("rm -rf / ; echo ran > ran.txt", "`rm` deletes files"),
+    ("rm -f notes.txt && echo ran > ran.txt", "`rm` deletes files"),
+])
+def test_a_dangerous_command_is_refused_without_approval(tmp_path, command, why):
     asked = []
     ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or False)
-    assert tool(ws, "bash", command=command).startswith("error: refused a dangerous command")
-    assert asked == [command] and not (tmp_path / "ran.txt").exists()
+    (tmp_path / "notes.txt").write_text("kept\n")
+    assert tool(ws, "bash", command=command) == f"error: the user did not allow this command ({why}): {command}"
+    assert asked == [f"[tool] {command} ({why}): run it?"]
+    assert not (tmp_path / "ran.txt").exists() and (tmp_path / "notes.txt").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("command", ["echo sudo > ran.txt", "echo rm -rf / > ran.txt"])
+def test_a_dangerous_word_as_an_argument_is_not_asked_about(tmp_path, command):
+    asked = []
+    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or False)
+    assert tool(ws, "bash", command=command) == "exit code 0\n"
+    assert asked == [] and (tmp_path / "ran.txt").read_text() == command.split(" > ")[0][5:] + "\n"
 
 
 def test_a_dangerous_command_runs_when_approved(tmp_path):
-    ws = Workspace(tmp_path, approve=lambda c: True)
-    assert tool(ws, "bash", command="echo sudo > ran.txt") == "exit code 0\n"
-    assert (tmp_path / "ran.txt").read_text() == "sudo\n"
+    asked = []
+    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or True)
+    (tmp_path / "old.txt").write_text("old\n")
+    assert tool(ws, "bash", command="rm old.txt && echo removed > ran.txt") == "exit code 0\n"
+    assert asked == ["[tool] rm old.txt && echo removed > ran.txt (`rm` deletes files): run it?"]
+    assert not (tmp_path / "old.txt").exists() and (tmp_path / "ran.txt").read_text() == "removed\n"
 
 
 def test_the_offline_demo_compacts_draws_the_chart_and_leaves_the_repo_alone(capsys, tmp_path):
@@ -182,14 +207,16 @@ def scripted_input(items: list):
     return answer
 
 
-# changed with the redesign: an empty line no longer quits the REPL (it is skipped); /exit or Ctrl-D do
-@pytest.mark.parametrize("quit_with", ["/exit", EOFError])
+# changed with the redesign: an empty line no longer quits the REPL (it is skipped); /exit or Ctrl-D do.
+# repl() takes the settings, and read() returns None on Ctrl-D (read_line catches the EOFError)
+@pytest.mark.parametrize("quit_with", ["/exit", None])
 def test_the_repl_keeps_the_history_across_questions(fake_openai, capsys, tmp_path, quit_with):
     answers = iter(["Paris.", "About two million people."])
     server = fake_openai(lambda body: (200, chat_response(next(answers))))
     read = scripted_input(["What is the capital of France?", "", "How many people live there?", quit_with])
-    session = new_session(Config())
-    repl(session, openai_model(compact.make_client(), "test-model"), Workspace(tmp_path), read=read)
+    config = Config()
+    session = new_session(config)
+    repl(session, config, openai_model(compact.make_client(), "test-model"), Workspace(tmp_path), read=read)
     second = server.requests[1]["messages"]
     assert [m["content"] for m in second[1:]] == ["What is the capital of France?", "Paris.",
                                                    "How many people live there?"]
@@ -214,3 +241,17 @@ def test_the_sawtooth_chart_draws_one_bottom_aligned_column_per_request():
 
 def test_the_sawtooth_chart_of_nothing_is_empty():
     assert sawtooth_chart([]) == ""
+
+
+def test_read_line_turns_ctrl_d_into_none_and_bad_bytes_into_replacement_characters(monkeypatch, capsys):
+    lines = iter(["fix \udcff this", EOFError])
+
+    def fake_input(prompt=""):
+        item = next(lines)
+        if isinstance(item, type):
+            raise item
+        return item
+    monkeypatch.setattr("builtins.input", fake_input)
+    assert tiny_agent.read_line("you> ") == "fix \ufffd this"
+    assert tiny_agent.read_line("you> ") is None
+    assert capsys.readouterr().out == "\n"  # Ctrl-D ends the prompt's line

@@ -1,10 +1,12 @@
-"""Lessons 01-07 (and 05b) run offline as a reader runs them, and print what they claim to show."""
+"""Lessons 01-07 (and 05b) run offline as a reader runs them, and print what they claim to show and
+what the guides (lessons/README.md, lessons/README.zh-CN.md) quote of them."""
 
 from __future__ import annotations
 
 import ast
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,27 +20,45 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
                        '"code": "context_length_exceeded"', "is_context_overflow(error) = True",
-                       "[stop] ask() tried force 1, 2 and 3", "--strategy none does not",
+                       "[stop] before each retry ask() asks the compaction for one level harder",
+                       "strategy none cannot compact, so level 1 raised ContextOverflowError",
+                       "--strategy none does not", "requests sent after it: 0",
                        "[growth] every request re-sends", "[lesson 01] done:", "refused at ~"],
-    "02_sawtooth.py": ["[summary] summaries by: the offline summarizer", "[compact] ", "1 earlier summary +",
-                       "tokens sent at each of", "## Task", "find_cut walked back and ended at 6",
-                       "would be refused: message 1: a tool result with no matching call",
-                       "has 0 problems", "below the threshold of 30, so without max_tokens nothing happens: True",
-                       "keeps from 5 (user)", "keeps from 6 (assistant)", "(the newest group: never split)",
-                       "[net] 10 → 7 messages", "[lesson 02] done:", "0 requests refused"],
-    "03_summarizer.py": ["[transcript]", "2 of them must be kept (the task and the latest request)",
+    "02_sawtooth.py": ["[summary] summaries by: the lesson's stand-in (no model configured",
+                       "[rule] above 30 messages, send [system prompt, a summary of the middle, the last 6]",
+                       "[stand-in] The model is a fixed Python script",
+                       "[compact] 34 → 10 messages: len - 6 = 28 is a tool message; find_cut stopped at 26, so 8 are kept",
+                       "#26  assistant → bash, bash, read_file  ◄ find_cut stops here", "◄ len - 6",
+                       "whose call (#26) went into the summary",
+                       "a server refuses a tool result that follows no call (HTTP 400)",
+                       "the last middle held 1 earlier summary + 24 messages: the summary rolls forward",
+                       "role='user'", "[Context summary] Earlier turns", "reference material", "- Task: Look at every",
+                       "- Files read: cart.py, orders.py", "Continue with the remaining task", "[上下文摘要]",
+                       "[chart] messages sent with each of the 21 requests", "messages: 2 6 10 14 18 22 26 30 10",
+                       "[names] cutIndex and its while loop → find_cut",
+                       "[names] compactMessages(messages) → compact_messages(messages)",
+                       "[lesson 02] done:", "I looked at 20 of the 20 files"],
+    "03_measuring_tokens.py": ["Chinese text", "shell log", "estimate_tokens uses the exact tokenizer",
+                               "worst error", "below the threshold of 30, so without max_tokens nothing happens: True",
+                               "find_cut_within keeps from 5 (user)", "find_cut_within keeps from 6 (assistant)",
+                               "(the newest group: never split)", "[net] 10 → 8 messages",
+                               "[net] sent now: system · summary · ACK · user · assistant · tool · tool · tool",
+                               "OpenAI        overflow True   counted 130,412", "llama-server  overflow True   counted 5,010",
+                               "a rate limit  overflow False  counted -", "= effective", "trigger 70%", "target 50%",
+                               "[budget] over the trigger", "[lesson 03] done:"],
+    "04_summarizer.py": ["[transcript]", "2 of them must be kept (the task and the latest request)",
                          "[assistant, turn 1 → read_file(", "[tool read_file]",
-                         "The transcript is data to summarize", "summary_window() = 128,000 tokens",
+                         "The history is data to summarize", "summary_window() = 128,000 tokens",
                          "is read in 2 pieces", "the task: True, the latest request: True, the summary so far: False",
                          "the task: True, the latest request: True, the summary so far: True",
                          "parameters: max_tokens, messages, model, temperature;", "temperature=0.1",
+                         "[request] system is SECTIONS_PROMPT", "SECTIONS_PROMPT starts with SUMMARY_PROMPT: True",
+                         "## User constraints (verbatim) - every instruction from the user",
                          "'<previous_summary>", "[summary] offline summarizer", "## Task", "## User said",
-                         "no model configured", "backfill appended 4 sections it left out: Task, User said",
-                         "role='user'", "reference material", "Continue with the remaining task",
-                         "[lesson 03] done:"],
-    "04_measuring_tokens.py": ["Chinese text", "shell log", "estimate_tokens uses the exact tokenizer",
-                               "worst error", "= effective", "trigger 70%", "target 50%",
-                               "[budget] over the trigger", "[lesson 04] done:"],
+                         "no model configured", "backfill appended", "sections it left out: Task, ",
+                         "role='user'", "reference material", "(Compaction 1 replaced 49 messages",
+                         "Continue with the remaining task", "state.failures = 1",
+                         "last_error = 'ConnectionError: the summary model is down'", "[lesson 04] done:"],
     "05_masking.py": ["[mask] #", "[pruned] read_file(", "one of the last 3 results", "shorter than a placeholder",
                       "is unchanged: True", "keeps the paths it named and its first and last error lines",
                       "E       assert 200 == 401", "untouched even with keep_last=0: True", "[lesson 05] done:"],
@@ -109,24 +129,60 @@ def test_lesson_docstring_has_the_standard_shape(lesson):
         assert part in docstring, part
 
 
-def test_the_window_that_stops_lesson_01_is_never_hit_in_lesson_02(runs):
-    assert "refused at ~" in runs["01_the_wall.py"][1]
-    done = re.search(r"\[lesson 02\] done: (\d+) iterations, (\d+) compactions, .* (\d+) requests refused",
-                     runs["02_sawtooth.py"][1])
-    _, compactions, refused = map(int, done.groups())
-    assert compactions >= 2 and refused == 0
-    assert "[answer] [demo model] Surveyed" in runs["02_sawtooth.py"][1]
+def test_lesson_02_keeps_going_where_lesson_01_hit_the_wall(runs):
+    """Lesson 01 is refused by a window its request really passed; lesson 02's loop, compacting at 30
+    messages, finishes the task with every file still known from the summary or the tail."""
+    size, window = (int(n.replace(",", "")) for n in
+                    re.search(r"refused at ~([\d,]+) tokens > window ([\d,]+)", runs["01_the_wall.py"][1]).groups())
+    assert size > window
+    done = re.search(r"\[lesson 02\] done: (\d+) requests, (\d+) compactions, at most (\d+) messages sent "
+                     r"\(threshold (\d+), keep_recent (\d+)\); I looked at (\d+) of the (\d+) files", runs["02_sawtooth.py"][1])
+    _, compactions, most, threshold, _, seen, files = map(int, done.groups())
+    assert compactions >= 2 and most <= threshold and seen == files
 
 
-def test_lesson_04_counts_with_the_heuristic_when_bpe_openai_is_missing(tmp_path):
+def test_lesson_03_counts_with_the_heuristic_when_bpe_openai_is_missing(tmp_path):
     (tmp_path / "bpe_openai.py").write_text("raise ImportError('not installed in this test')\n")
-    code, stdout, stderr = finish(start("04_measuring_tokens.py", offline_env(PYTHONPATH=str(tmp_path))))
+    code, stdout, stderr = finish(start("03_measuring_tokens.py", offline_env(PYTHONPATH=str(tmp_path))))
     assert code == 0, stderr
     assert "bpe-openai is not installed" in stdout and "estimate_tokens uses heuristic_tokens" in stdout
-    assert "[lesson 04] done:" in stdout
+    assert "[lesson 03] done:" in stdout
 
 
-@pytest.mark.parametrize("lesson, summaries", [("02_sawtooth.py", 4), ("03_summarizer.py", 1)])
+def part_one_alone(tmp_path: Path) -> Path:
+    """A fork that stops early: compact.py up to Part II and tiny_agent.py up to Layer 2 (ending as
+    a Layer 1 fork ends), with lesson 02 beside them. Nothing else of the project is there."""
+    compact = (ROOT / "compact.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    agent = (ROOT / "tiny_agent.py").read_text(encoding="utf-8").splitlines(keepends=True)
+    part_two = next(i for i, line in enumerate(compact) if line.startswith("# Part II"))
+    layer_two = next(i for i, line in enumerate(agent) if line.startswith("# Layer 2"))
+    rule = max(i for i in range(layer_two) if agent[i].startswith("# ════"))
+    (tmp_path / "compact.py").write_text("".join(compact[:part_two]), encoding="utf-8")
+    (tmp_path / "tiny_agent.py").write_text("".join(agent[:rule]) + '\nif __name__ == "__main__":\n'
+                                            "    sys.exit(one_task())\n", encoding="utf-8")
+    (tmp_path / "lessons").mkdir()
+    shutil.copy(ROOT / "lessons" / "02_sawtooth.py", tmp_path / "lessons")
+    return tmp_path
+
+
+def test_lesson_02_runs_with_part_one_and_layer_one_alone(runs, tmp_path):
+    """Issue 19.4: lesson 02 explains Part I and imports nothing below it, nor below tiny_agent's
+    Layer 1, nor lessons/show.py (which imports Part II): run against the fork above, it prints
+    what it prints with the whole project."""
+    fork = part_one_alone(tmp_path)
+    assert "def sawtooth(" not in (fork / "compact.py").read_text() and "def main(" not in (fork / "tiny_agent.py").read_text()
+    process = subprocess.run([sys.executable, "lessons/02_sawtooth.py"], cwd=fork, env=offline_env(PYTHONPATH=str(fork)),
+                             capture_output=True, text=True, encoding="utf-8", timeout=60)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout == runs["02_sawtooth.py"][1]
+    source = (ROOT / "lessons" / "02_sawtooth.py").read_text(encoding="utf-8")
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(source))
+                for alias in (node.names if isinstance(node, ast.Import) else [])}
+    imported |= {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
+    assert "show" not in imported and "conversations" not in imported and "benchmark" not in imported
+
+
+@pytest.mark.parametrize("lesson, summaries", [("02_sawtooth.py", 3), ("04_summarizer.py", 1)])
 def test_lesson_summarizes_with_the_configured_model(fake_openai, lesson, summaries):
     server = fake_openai(lambda body: (200, chat_response("## Goal\n- summary written by the fake model")))
     env = offline_env(OPENAI_BASE_URL=os.environ["OPENAI_BASE_URL"], OPENAI_API_KEY="sk-test")
@@ -137,3 +193,48 @@ def test_lesson_summarizes_with_the_configured_model(fake_openai, lesson, summar
     for request in server.requests:
         assert request["temperature"] == 0.1 and "tools" not in request
         assert [m["role"] for m in request["messages"]] == ["system", "user"]
+
+
+# --- Issue 19.5: every line the guides quote of a lesson is in what the lesson prints ----------
+
+GUIDES = ("README.md", "README.zh-CN.md")
+HEADING = re.compile(r"^## (\d\d[a-z]?) · ")
+
+
+def guide_quotes(guide: str) -> dict[str, list[str]]:
+    """{lesson file: the lines the guide quotes as its output}: every line of the fenced blocks with
+    no language (```bash blocks are commands) under the lesson's "## NN · " heading."""
+    quotes: dict[str, list[str]] = {}
+    lesson, fence = None, None
+    for line in (ROOT / "lessons" / guide).read_text(encoding="utf-8").splitlines():
+        if fence is None and line.startswith("## "):
+            match = HEADING.match(line)
+            lesson = match and next((ROOT / "lessons").glob(f"{match[1]}_*.py")).name
+        elif line.startswith("```"):
+            fence = line[3:].strip() if fence is None else None
+            if fence == "" and lesson:
+                quotes.setdefault(lesson, [])
+        elif fence == "" and lesson and line.strip():
+            quotes[lesson].append(line.strip())
+    return quotes
+
+
+def quoted_line(line: str) -> re.Pattern:
+    """A quoted line as a pattern on one output line: "…" stands for what the guide left out."""
+    return re.compile(r"[^\n]*?".join(re.escape(piece) for piece in line.split("…")))
+
+
+def unquoted(guide: str, lesson: str, stdout: str) -> list[str]:
+    """The lines `guide` quotes of `lesson` that its output does not contain."""
+    quotes = guide_quotes(guide)
+    assert quotes.get(lesson), f"lessons/{guide} quotes no output of {lesson}"
+    return [line for line in quotes[lesson] if not quoted_line(line).search(stdout)]
+
+
+@pytest.mark.parametrize("guide", GUIDES)
+@pytest.mark.parametrize("lesson", MARKERS)
+def test_every_line_the_guides_quote_is_in_the_output(runs, guide, lesson):
+    code, stdout, stderr = runs[lesson]
+    assert code == 0, stderr
+    missing = unquoted(guide, lesson, stdout)
+    assert not missing, f"lessons/{guide} quotes lines {lesson} does not print:\n" + "\n".join(missing)

@@ -1,4 +1,5 @@
-"""Lessons 08-14 run offline as a reader runs them, and print what they promise to show."""
+"""Lessons 08-14 and 16 run offline as a reader runs them, and print what they promise to show and
+what the guides quote of them; each docstring's "Explains" line says where its names stand."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import offline_env
+from test_lessons_first import GUIDES, unquoted
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +49,7 @@ LESSONS = [
         "[problem] anthropic the first message after the system prompt is not from the user",
         "[problem] openai    message 2: tool call call_0 has no result", "[naive]",
         "a system message after the start", "[system note] ",
-        "[refused] compact_messages raises ValueError: message 1 has no valid role",
+        "[refused] sawtooth raises ValueError: message 1 has no valid role",
         re.compile(r"\[lesson 08\] done: .*repair made (\d+) of \1 broken lists valid"),
     ], [re.compile(r"tail starts at \d+ \(tool\)"), "STILL INVALID"], id="08"),
     pytest.param("09_archive_and_recall.py", [
@@ -164,6 +166,16 @@ def test_lesson_runs_offline_and_prints_its_markers(filename, expected, unexpect
     assert not missing and not present, f"missing {missing}, present {present}\n{done.stdout}"
 
 
+@pytest.mark.parametrize("guide", GUIDES)
+@pytest.mark.parametrize("filename", FILENAMES)
+def test_every_line_the_guides_quote_is_in_the_output(filename, guide):
+    """Issue 19.5: what lessons/README.md and README.zh-CN.md quote of a lesson is what it prints."""
+    done = run_lesson(filename)
+    assert done.returncode == 0, done.stderr[-2000:]
+    missing = unquoted(guide, filename, done.stdout)
+    assert not missing, f"lessons/{guide} quotes lines {filename} does not print:\n" + "\n".join(missing)
+
+
 @pytest.mark.parametrize("filename", FILENAMES)
 def test_lesson_docstring_has_the_standard_shape(filename):
     docstring = ast.get_docstring(ast.parse((ROOT / "lessons" / filename).read_text(encoding="utf-8")))
@@ -206,3 +218,105 @@ def test_lessons_name_compact_py_parts_and_import_what_they_reuse(filename):
     tree = ast.parse(source)
     defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     assert not defined & {"replay", "CountingSummarizer"}, filename
+
+
+# --- Each "Explains" line names the part and the section each name stands in (issue 19) ---------
+
+PART = re.compile(r"^# (Part (?:III|II|I)|Layer [123]) · (.+)$")
+SECTION = re.compile(r"^# --- (.+?)\s*(?:\((?:lessons?|seeds?) [^)]*\))?\s*-*$")
+
+
+@functools.cache
+def layout(filename: str) -> tuple[dict, dict]:
+    """compact.py's parts (tiny_agent.py's layers) as {"Part II": [(title, first, last), ...]}, the
+    part's own title first and then its `# --- ` sections; and each top-level name's definition:
+    {name: (line, {attribute names, for a class})}."""
+    source = (ROOT / filename).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    parts: dict[str, list] = {}
+    current = None
+    for number, line in enumerate(lines, start=1):
+        if match := PART.match(line):
+            current = match[1]
+            parts[current] = [[match[2], number, len(lines)]]
+        elif current and (match := SECTION.match(line)):
+            parts[current].append([match[1], number, len(lines)])
+    names = [p for p in parts]
+    for i, part in enumerate(names):  # a part ends where the next begins; a section where the next begins
+        end = parts[names[i + 1]][0][1] - 1 if i + 1 < len(names) else len(lines)
+        parts[part][0][2] = end
+        for j, section in enumerate(parts[part][1:], start=1):
+            section[2] = parts[part][j + 1][1] - 1 if j + 1 < len(parts[part]) else end
+    defined: dict[str, tuple[int, set]] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            members = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            members |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+            defined[node.name] = (node.lineno, members)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined.setdefault(name.id, (node.lineno, set()))
+    return parts, defined
+
+
+def explains_clause(docstring: str) -> str:
+    """The docstring's "Explains ..." list: up to its first full stop."""
+    text = " ".join(docstring.split("\nExplains ", 1)[1].split("\nRun:")[0].split())
+    return re.split(r"\.(?:\s|$)", text, maxsplit=1)[0]
+
+
+def titled(part: list, quoted: str) -> list:
+    """The part's `# --- ` sections that start with `quoted` (then ":", "," or the end); else the
+    part itself when its title does: "The ladder" is Part III's section of that name."""
+    starts = [s for s in part if s[0] == quoted or re.match(re.escape(quoted) + r"[:,]", s[0])]
+    return [s for s in starts if s is not part[0]] or starts
+
+
+MARK = re.compile(r'(?P<file>compact\.py|tiny_agent\.py)|(?P<part>Part (?:III|II|I)\b|Layer [123]\b)'
+                  r'|\((?P<sections>"[^"]+"(?:,\s*"[^"]+")*)\)')
+
+
+def misplaced_names(clause: str) -> list[str]:
+    """Every section the clause quotes that is not in the part it names, and every name of
+    compact.py or tiny_agent.py it lists that is not defined in the part and sections it names."""
+    wrong, file, part, sections = [], None, None, None
+    position = 0
+    for mark in [*MARK.finditer(clause), None]:
+        text = clause[position:mark.start() if mark else len(clause)]
+        if file:
+            parts, defined = layout(file)
+            whole = [(parts[part][0][1], parts[part][0][2])] if part else [(1, 10**9)]
+            spans = [(s[1], s[2]) for q in sections for s in titled(parts[part], q)] if part and sections else whole
+            for word in re.findall(r"\b[A-Za-z_]\w*(?:\.\w+)?", text):
+                name, _, member = word.partition(".")
+                if name not in defined or word in ("compact.py", "tiny_agent.py"):
+                    continue
+                line, members = defined[name]
+                if not any(a <= line <= b for a, b in (whole if member else spans)):  # a method: its class's part
+                    wrong.append(f"{word} is not in {file} {part or ''} {sections or ''}".rstrip())
+                elif member and members and member not in members:
+                    wrong.append(f"{word}: {name} has no {member}")
+        if mark is None:
+            break
+        position = mark.end()
+        if mark["file"]:
+            file, part, sections = mark["file"], None, None
+        elif mark["part"]:
+            file = "compact.py" if mark["part"].startswith("Part") else "tiny_agent.py"
+            part, sections = mark["part"], None
+        elif mark["sections"] and file and part:
+            sections = re.findall(r'"([^"]+)"', mark["sections"])
+            wrong += [f'no section "{q}" in {file} {part}' for q in sections if not titled(layout(file)[0][part], q)]
+    return wrong
+
+
+@pytest.mark.parametrize("filename", ALL_LESSONS)
+def test_the_explains_line_names_the_part_and_section_of_each_name(filename):
+    """Issue 19: "Explains compact.py Part II ("Tokens"): text_tokens, ..." is where text_tokens
+    stands: a name moved to another part or section, or a section renamed, fails here."""
+    docstring = ast.get_docstring(ast.parse((ROOT / "lessons" / filename).read_text(encoding="utf-8")))
+    clause = explains_clause(docstring)
+    assert re.search(r"\b(Part (?:III|II|I)|Layer [123])\b", clause) or filename.startswith("01_"), clause
+    assert not misplaced_names(clause), (clause, misplaced_names(clause))

@@ -105,13 +105,15 @@ def test_a_server_whose_tokenizer_counts_far_more_is_met_by_cutting_and_nothing_
     assert tiny_agent.run(session, "go", model, ws, log=log.append) == "done"
     assert len(sent) == len(set(sent))  # no refused request was sent twice
     assert any("cut to fit the window" in json.dumps(m) for m in session.messages)
-    archived = [r["message"] for r in session.archive.records()]
+    archived = [r["message"] for r in session.compaction.archive.records()]  # the archive is the compaction's
     assert any(garbage in json.dumps(m) for m in archived)  # the whole message, before it was cut
 
 
 def test_assistant_text_goes_out_as_a_string_never_null_and_tools_with_tool_choice(fake_openai):
     """llama-cpp-python's server answers HTTP 500 to `"content": null`, and without tool_choice it
-    leaves the tools out of the prompt: every request carries a string and "auto"."""
+    leaves the tools out of the prompt: every request carries a string and "auto". Changed with the
+    redesign: openai_model sends what `prepare` makes of the history; the agent's model for a real
+    server (server_model) prepares it with outgoing()."""
     import tiny_agent
     from conftest import chat_response
     server = fake_openai(lambda body: (200, chat_response("ok")))
@@ -119,7 +121,7 @@ def test_assistant_text_goes_out_as_a_string_never_null_and_tools_with_tool_choi
                {"role": "assistant", "content": None, "tool_calls": [
                    {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
                {"role": "tool", "tool_call_id": "c1", "content": "done"}]
-    reply = tiny_agent.openai_model(tiny_agent.make_client(), "m")(history, tiny_agent.TOOL_SCHEMAS)
+    reply = tiny_agent.server_model(tiny_agent.load_config(), log=lambda line: None)(history, tiny_agent.TOOL_SCHEMAS)
     sent = server.requests[0]
     assert sent["messages"][2]["content"] == "" and sent["tool_choice"] == "auto" and sent["tools"]
     assert reply["content"] == "ok" and history[2]["content"] is None  # the history itself is untouched

@@ -1,7 +1,9 @@
 """The REPL and its saved session, driven as a person drives them (issue 14): `python tiny_agent.py`
 in a pseudo-terminal, real SIGINTs sent to its process group, and a scripted OpenAI-compatible
 server on 127.0.0.1 whose recorded request bodies show what the agent really sent. The helpers here
-(Terminal, Script, agent_env, the `server` fixture) are shared with test_shell.py."""
+(Terminal, Script, agent_env, the `server` fixture) are shared with test_shell.py and test_terminal.py.
+The agent keeps its records (the session file, the archive) under $XDG_STATE_HOME, outside the
+workspace: every test here points XDG_STATE_HOME at a folder of its own (`state`)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+import compact
 import pytest
 from conftest import ROOT, FakeOpenAI, chat_response
 from pytest_httpserver import HTTPServer
@@ -39,6 +42,24 @@ def agent_env(base_url: str | None = None, **extra: str) -> dict:
     if base_url:
         env.update(OPENAI_BASE_URL=base_url, OPENAI_API_KEY=KEY)
     return {**env, **extra}
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path, monkeypatch) -> Path:
+    """$XDG_STATE_HOME for this test alone, in this process and in every child (agent_env copies
+    the environment), so no test reads or writes the real ~/.local/state."""
+    folder = tmp_path / "state"
+    folder.mkdir(exist_ok=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(folder))
+    return folder
+
+
+def records(workspace: Path) -> Path:
+    """The agent's records folder for `workspace`: under $XDG_STATE_HOME, never inside the workspace."""
+    import tiny_agent
+    folder = tiny_agent.records_folder(workspace)
+    assert Path(os.environ["XDG_STATE_HOME"]) in folder.parents and workspace.resolve() not in folder.parents
+    return folder
 
 
 @pytest.fixture
@@ -184,13 +205,18 @@ class Terminal:
         return self.seen[start:self.mark]
 
     def reading(self) -> bool:
-        """True when the child's main thread waits in a read of its standard input (a SIGINT sent
-        between the prompt and that read is only seen after the next line: CPython's input())."""
+        """True when the child's main thread waits for its standard input: in read(0, …) (plain
+        input(): a SIGINT sent between the prompt and that read is only seen after the next line)
+        or, with readline, in select/pselect6 on fd 0 alone (nfds 1)."""
         try:
             fields = Path(f"/proc/{self.proc.pid}/syscall").read_text().split()
         except OSError:
             return False
-        return len(fields) > 1 and fields[0] in ("0", "63") and fields[1] == "0x0"  # read(0, …): x86-64, arm64
+        if len(fields) < 2:
+            return False
+        read = fields[0] in ("0", "63") and fields[1] == "0x0"  # read(0, …): x86-64, arm64
+        waits = fields[0] in ("23", "270", "72") and fields[1] == "0x1"  # select, pselect6 (x86-64), pselect6 (arm64)
+        return read or waits
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the whole foreground process group, as the terminal sends it."""
@@ -254,8 +280,10 @@ def test_ctrl_c_while_the_model_thinks_keeps_the_session(server, terminal):
     script.release.set()
     assert "agent> THIRD-ANSWER" in t.ask("third question")
     third = messages_of(script.turns[2])
+    # the interrupted question stays in the history; outgoing() sends it and the next one as one
+    # user message, joined by a blank line (two user messages in a row are refused by strict templates)
     assert [m["content"] for m in third if m["role"] in ("user", "assistant")] == [
-        "first question", "FIRST-ANSWER", "second question", "third question"]
+        "first question", "FIRST-ANSWER", "second question\n\nthird question"]
     assert_valid(third)
     quit_cleanly(t)
 
@@ -451,7 +479,12 @@ def test_compact_with_a_focus_reaches_the_summarizer(server, terminal, strategy)
     assert "agent> AFTER" in t.ask("and now?")
     after = messages_of(script.turns[-1])
     assert_valid(after)
-    assert len(after) < 11 and any(m["content"].startswith("[Context summary]") for m in after)
+    assert len(after) < 11
+    # the sawtooth's summary is a user message of its own; the ladder keeps the first request
+    # before it, and outgoing() sends the two user messages as one, the request first
+    first = "" if strategy == "sawtooth" else "question 0 about the parser\n\n"
+    assert after[1]["role"] == "user" and after[1]["content"].startswith(first + "[Context summary]"), after[1]
+    assert after[2] == {"role": "assistant", "content": compact.ACK["content"]}  # the tail starts with a user message
     quit_cleanly(t)
 
 
@@ -460,9 +493,9 @@ def test_compact_that_rewrites_the_summary_in_place_does_not_say_nothing_was_com
     script = Script(server, answers(4) + [chat_response("AFTER")], summary=[long_summary, "## Goal\nparser"])
     t = terminal(script, "--keep-recent", "2")
     long_enough(t)
-    assert "[compact] 9 → 4 messages" in t.ask("/compact")
+    assert "[compact] 9 → 5 messages" in t.ask("/compact")  # system, summary, ACK, the last two kept
     shown = t.ask("/compact the parser")  # the middle is the summary alone: it is rewritten, shorter
-    assert "[compact] 4 → 4 messages" in shown
+    assert "[compact] 5 → 5 messages" in shown
     assert "nothing to compact yet" not in shown, shown
     quit_cleanly(t)
 
@@ -480,13 +513,17 @@ def test_strategy_switches_for_the_rest_of_the_session(server, terminal, workspa
     script = Script(server, [chat_response(f"ANSWER-{i}") for i in range(5)])
     t = terminal(script, "--keep-recent", "2")
     long_enough(t)
-    assert "choose one of sawtooth, layered, hybrid, zones, none" in t.ask("/strategy fastest")
+    import tiny_agent
+    choices = t.ask("/strategy fastest")  # a design document's preset is a strategy name too
+    assert f"choose one of {', '.join(tiny_agent.STRATEGIES)}\r\n" in choices, choices
+    assert set(tiny_agent.STRATEGIES) >= {"sawtooth", "layered", "hybrid", "zones", "none", *compact.PRESETS}
     assert "[strategy] none from now on" in t.ask("/strategy none")
     assert "nothing to compact yet" in t.ask("/compact")  # none never compacts, even when asked
     assert "[strategy] layered from now on" in t.ask("/strategy layered")
     assert "agent> ANSWER-4" in t.ask("one more")
-    saved = json.loads((workspace / ".tiny_agent" / "session.json").read_text())
+    saved = json.loads((records(workspace) / "session.json").read_text())
     assert saved["strategy"] == "layered" and saved["state"] is not None  # the ladder's state is saved
+    assert not (workspace / ".tiny_agent").exists()
     quit_cleanly(t)
 
 
@@ -497,7 +534,9 @@ def test_the_session_is_saved_privately_without_the_key(server, terminal, worksp
     t = terminal(Script(server, [chat_response("FIRST-ANSWER")]))
     t.ask("my question")
     quit_cleanly(t)
-    folder, saved = workspace / ".tiny_agent", workspace / ".tiny_agent" / "session.json"
+    folder = records(workspace)
+    saved = folder / "session.json"
+    assert list(workspace.iterdir()) == []  # nothing of the agent's own is written into the workspace
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert [m["content"] for m in json.loads(saved.read_text())["messages"][1:]] == ["my question", "FIRST-ANSWER"]
@@ -525,12 +564,15 @@ def test_a_compaction_by_hand_is_kept_by_resume(server, terminal):
     script = Script(server, answers(4) + [chat_response("AFTER-RESUME")])
     t = terminal(script, "--keep-recent", "2")
     long_enough(t)
-    assert "[compact] 9 → 4 messages" in t.ask("/compact")
+    assert "[compact] 9 → 5 messages" in t.ask("/compact")  # system, summary, ACK, the last two kept
     quit_cleanly(t)
     again = terminal(script, "--resume", "--keep-recent", "2")
     assert "agent> AFTER-RESUME" in again.ask("go on")
     sent = messages_of(script.turns[-1])
-    assert len(sent) == 5 and sent[1]["content"].startswith("[Context summary]"), [m["content"][:40] for m in sent]
+    assert len(sent) == 6 and sent[1]["content"].startswith("[Context summary]"), [m["content"][:40] for m in sent]
+    assert sent[2] == {"role": "assistant", "content": compact.ACK["content"]}
+    assert [m["content"] for m in sent[3:]] == ["question 3 about the parser", sent[4]["content"], "go on"]
+    assert sent[4]["content"].startswith("ANSWER-3 ")
     quit_cleanly(again)
 
 
@@ -589,8 +631,7 @@ DAMAGED_INSIDE = {
     *[pytest.param(json.dumps({"version": 1, **DAMAGED_INSIDE[name]}).encode(), id=name) for name in DAMAGED_INSIDE]])
 def test_a_damaged_session_file_gets_one_line_and_is_left_untouched(server, tmp_path, workspace, damage):
     script = Script(server)
-    folder = workspace / ".tiny_agent"
-    folder.mkdir(mode=0o700)
+    folder = records(workspace)
     (folder / "session.json").write_bytes(damage)
     result = run_agent(["--workspace", str(workspace), "--strategy", "hybrid", "--resume", "go on"],
                        agent_env(script.base_url), tmp_path / "cwd")

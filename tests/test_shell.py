@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import chat_response
-from test_repl import (Held, Script, agent_env, assert_one_line_error, run_agent, server,  # noqa: F401
+from test_repl import (Held, Script, agent_env, assert_one_line_error, run_agent, server, state,  # noqa: F401
                        sleeper, sleeping, terminal, tool_call, wait_until, workspace)
 
 import tiny_agent

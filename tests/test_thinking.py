@@ -73,6 +73,7 @@ def thinking_server(httpserver, monkeypatch):
 def test_a_thinking_model_finishes_ten_tool_calls_through_compactions_without_a_400(
         thinking_server, tmp_path, monkeypatch, capsys, strategy):
     requests, refused = thinking_server
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # the agent's records, outside the workspace
     for n in range(1, 11):
         (tmp_path / f"notes_{n}.txt").write_text(f"note {n}: the meeting moved to room {100 + n}.\n" * 40)
     monkeypatch.setenv("CONTEXT_WINDOW", "4000")

@@ -1,7 +1,11 @@
-"""Live tests against a real OpenAI-compatible server (see serve_llama.sh).
+"""Live tests against real OpenAI-compatible servers. Each test skips unless its server's URL is set:
 
-Skipped unless LIVE_BASE_URL is set, e.g.
+    LIVE_BASE_URL    llama-cpp-python + SmolLM2, chatml-function-calling  (serve_llama.sh, port 8765)
+    LIVE_SERVER_URL  llama.cpp's llama-server + SmolLM2, its own template  (serve_llama_server.sh, 8766)
+    LIVE_NOJINJA_URL the same llama-server started with --no-jinja       (JINJA=0 PORT=8767 ...)
+    LIVE_GEMMA_URL   llama-server + Gemma 3 270M, Gemma 3's template      (MODEL=gemma PORT=8768 ...)
 
+e.g.
     bash tests/live/serve_llama.sh --background
     LIVE_BASE_URL=http://127.0.0.1:8765/v1 python -m pytest tests/live
 
@@ -13,6 +17,7 @@ from the fixtures below rather than from the environment.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import pytest
 
@@ -20,19 +25,41 @@ LIVE_BASE_URL = os.environ.get("LIVE_BASE_URL", "").rstrip("/")
 LIVE_MODEL = os.environ.get("LIVE_MODEL", "smollm2")
 
 
-def pytest_collection_modifyitems(config, items):
-    if LIVE_BASE_URL:
-        return
-    skip = pytest.mark.skip(reason="live tests: set LIVE_BASE_URL (e.g. http://127.0.0.1:8765/v1)")
-    here = os.path.dirname(__file__)
-    for item in items:
-        if str(item.fspath).startswith(here):
-            item.add_marker(skip)
+@dataclass(frozen=True)
+class Server:
+    name: str         # the id pytest shows: llama-cpp-python, llama-server, ...
+    url: str          # the base URL, ending in /v1
+    model: str
+    calls_tools: bool  # the server renders the tool schemas, so the model can call tools
+
+
+# name -> (environment variable, model, calls_tools): what RESPONSES.md measured about each
+SERVERS = {
+    "llama-cpp-python": ("LIVE_BASE_URL", LIVE_MODEL, True),
+    "llama-server": ("LIVE_SERVER_URL", "smollm2", False),  # SmolLM2's template renders no tools
+    "llama-server-nojinja": ("LIVE_NOJINJA_URL", "smollm2", False),
+    "llama-server-gemma": ("LIVE_GEMMA_URL", "gemma", False),
+}
+
+
+def live_server(name: str) -> Server:
+    """The server called `name`, or skip the test when its URL is not set."""
+    variable, model, calls_tools = SERVERS[name]
+    url = os.environ.get(variable, "").rstrip("/")
+    if not url:
+        pytest.skip(f"live tests: set {variable} (see tests/live/conftest.py)")
+    return Server(name, url, model, calls_tools)
+
+
+@pytest.fixture(params=["llama-cpp-python", "llama-server"])
+def smollm2_server(request) -> Server:
+    """SmolLM2 on each server that serves it with jinja: llama-cpp-python, then llama-server."""
+    return live_server(request.param)
 
 
 @pytest.fixture
 def live_base_url() -> str:
-    return LIVE_BASE_URL
+    return live_server("llama-cpp-python").url
 
 
 @pytest.fixture
@@ -41,7 +68,7 @@ def live_model() -> str:
 
 
 @pytest.fixture
-def live_client(live_base_url):
-    """An openai client for the live server; no retries, so a server error shows at once."""
+def live_client(smollm2_server):
+    """An openai client for each live server; no retries, so a server error shows at once."""
     from openai import OpenAI
-    return OpenAI(base_url=live_base_url, api_key="sk-live-test", max_retries=0, timeout=120)
+    return OpenAI(base_url=smollm2_server.url, api_key="sk-live-test", max_retries=0, timeout=120)

@@ -1,9 +1,9 @@
-"""Smoke test: the live server answers a chat completion through the openai client."""
+"""Smoke test: each live server answers a chat completion through the openai client."""
 
 
-def test_server_answers_a_chat_completion(live_client, live_model):
+def test_server_answers_a_chat_completion(live_client, smollm2_server):
     response = live_client.chat.completions.create(
-        model=live_model, messages=[{"role": "user", "content": "Say hello."}],
+        model=smollm2_server.model, messages=[{"role": "user", "content": "Say hello."}],
         max_tokens=8, temperature=0)
     message = response.choices[0].message
     assert message.role == "assistant"
