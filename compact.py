@@ -583,7 +583,8 @@ OFFLINE_SECTIONS = ("Task", "User constraints (verbatim)", "User's code (verbati
                     "Files changed", "Files read", "Files in outputs",
                     "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Progress", "Focus")
 # Past the budget these give way first, the first named first; the task and the user's rules never do.
-EXPENDABLE = ("Progress", "User said", "Calls (arguments verbatim)", "Identifiers", "Files in outputs", "Files read", "Decisions",
+EXPENDABLE = ("Progress", "Files in outputs", "User said", "Calls (arguments verbatim)", "Identifiers", "Files read",
+              "Decisions",
               "Errors seen", "User's code (verbatim)", "Files changed")
 DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
 

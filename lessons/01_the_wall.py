@@ -14,12 +14,16 @@ tools on a temporary folder of small Python files:
 
 Every request re-sends all earlier ones, so if each iteration adds about k tokens, request n
 holds about n·k tokens, and the n requests together cost k·n²/2: quadratic in the iterations.
-When the server refuses, ask() compacts harder (force 1, 2, 3) and never re-sends a refused
-request; strategy "none" changes nothing, so the loop ends with ContextOverflowError.
+A request is the messages and the tool schemas, which go with every one of them. When the server
+refuses, ask() asks the compaction for one level harder before each retry (levels 1, 2, 3) and
+never re-sends a refused request; strategy "none" cannot compact, so at level 1 the loop ends
+with ContextOverflowError.
 
 What changed: nothing yet. This is the starting point, the loop with no compaction at all.
 Try it: raise WINDOW to 12_000 and the loop finishes; add names to show.SHOP_FILES and it hits the wall again.
-Explains tiny_agent.py: run, ask, DemoModel, ContextLengthExceeded, is_context_overflow (the loop).
+Explains tiny_agent.py Layer 1 ("The loop"): run, ask; Layer 2 ("Strategies"): make_compaction
+(strategy none); ("The offline demo"): DemoModel, ContextLengthExceeded; compact.py Part II
+("Refusals"): is_context_overflow.
 Run: python lessons/01_the_wall.py
 """
 
@@ -36,24 +40,26 @@ from tiny_agent import (DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Wor
 WINDOW = 4_000  # tokens the demo model accepts, like a (very small) real model
 
 
-def recording(model, sent: list[int], refused: list[Exception]):
-    """Wrap the model so we see each request's size before the model gets it, and its refusal."""
+def recording(model, sent: list[int], refused: list[tuple[int, Exception]]):
+    """Wrap the model so we see each request's size before the model gets it, and its refusal.
+    The size is what a server counts: the messages and the tool schemas sent with them."""
     def call(messages, tools):
-        sent.append(estimate_tokens(messages))
+        sent.append(estimate_tokens(messages) + estimate_tokens(json.dumps(tools)))
         print(f"[send] iteration {len(sent):>2}: {len(messages):>3} messages, ~{sent[-1]:>6,} tokens"
               f"   (all requests so far: ~{sum(sent):>7,})")
         try:
             return model(messages, tools)
         except ContextLengthExceeded as error:
-            refused.append(error)
+            refused.append((len(sent), error))  # which request it was, and the refusal
             raise
+
     return call
 
 
 def main() -> None:
     show.banner(f"The loop with no compaction, a model whose window is {WINDOW:,} tokens")
     sent: list[int] = []
-    refused: list[Exception] = []
+    refused: list[tuple[int, Exception]] = []
     stopped = None
     with tempfile.TemporaryDirectory(prefix="lesson01-") as folder:
         show.make_project(Path(folder))
@@ -66,7 +72,7 @@ def main() -> None:
             stopped = error
 
     if refused:
-        error = refused[0]
+        refused_at, error = refused[0]
         show.banner("The server refuses the request")
         print(f"[error] {error}")
         print(f"[error] is_context_overflow(error) = {is_context_overflow(error)}: the loop's ask() compacts "
@@ -78,9 +84,10 @@ def main() -> None:
                           "type": "invalid_request_error", "param": "messages",
                           "code": "context_length_exceeded"}}
         print(textwrap.indent(json.dumps(body, indent=2), "        "))
-        print("[stop] ask() tried force 1, 2 and 3; strategy none returned the same list each time, and a")
-        print("[stop] refused request is never sent twice, so the loop stopped with ContextOverflowError:")
+        print("[stop] before each retry ask() asks the compaction for one level harder (1, 2, then 3), and it never")
+        print("[stop] re-sends a refused request; strategy none cannot compact, so level 1 raised ContextOverflowError:")
         print(textwrap.fill(str(stopped), 96, initial_indent="    ", subsequent_indent="    "))
+        print(f"[stop] request {refused_at} was refused; requests sent after it: {len(sent) - refused_at}")
 
     show.banner("Why the bill grows quadratically")
     n, k = len(sent), (sent[-1] - sent[0]) / max(1, len(sent) - 1)

@@ -3,127 +3,219 @@ Motto: summarize the middle, keep the head and the tail, and the history goes do
 
 The problem: lesson 01's loop re-sends every message until the server refuses the request.
 
-How it works: before every model call, compact_messages checks the length. Above `threshold`
-messages it keeps the system prompt and the last `keep_recent` messages, and replaces everything
-between them with one summary message:
+How it works: the tutorial's compactMessages, as compact.py Part I writes it. Before every model
+call the loop (tiny_agent.run) calls the compaction. Above THRESHOLD = 30 messages, compact_messages
+keeps the system prompt and the last KEEP_RECENT = 6, and replaces everything between them with
+one summary message:
 
-    [system, task, call, r, call, r, r, ... call, r, r]         19 messages
-    [system, [Context summary] …, call, r, r, call, r, r]        8 messages
+    [system, task, call, r, r, r, call, r, r, r, ..., call, r, r, r]        34 messages
+    [system, [Context summary] …, call, r, r, r, call, r, r, r]            10 messages
 
-The cut must not separate a tool result from the call that asked for it, so find_cut walks back
-from len - keep_recent until it stands on a message that is not a tool result. At the next
-compaction the summary is part of the middle, so the summary rolls forward instead of being lost.
+The cut must not separate a tool result from the call that asked for it, so find_cut starts at
+len - 6 and walks back while it stands on a tool result. Here every turn is one assistant message
+with three calls and their three results, so the cut walks back two messages and the tail is 8,
+not 6. summarize(middle) is one request to a cheap model: no tools, temperature 0.1, the middle as
+JSON. summary_message(summary) puts the answer in a USER message labelled as reference material.
+At the next compaction that summary is part of the middle, so it rolls forward.
 
-A message count cannot see sizes: ten messages can hold one 8,000-token answer. So when the window
-is known, compact_messages(..., max_tokens=...) is a token net under the count: over max_tokens it
-compacts even below `threshold`, and cut_that_fits keeps fewer recent messages until they take at
-most half of max_tokens, but never fewer than the newest tool-call group, which is never split.
+This lesson imports only Part I of compact.py and Layer 1 of tiny_agent.py, so a fork that stops
+there runs it. The model is a stand-in written here (a script that reads files with the real
+tools), and with no model configured so is the summarizer: a few lines that list what the middle
+did. tiny_agent.tutorial_compaction() is sawtooth() below with compact.summarize.
 
-What changed since lesson 01: strategy "none" became "sawtooth"; same model, window and files.
-Try it: KEEP_RECENT = 3 ends each compaction at 5 messages; with 4 it is 8, because len - 4 lands on
-a tool result and the cut walks back. THRESHOLD = 30: the server refuses, the loop compacts and retries.
-Set NET to 6_000: the history fits under it, and the net leaves it alone.
-Explains compact.py Part I (the sawtooth): find_cut, cut_that_fits ("Where to cut"), compact_messages
-("The sawtooth"); tiny_agent.py: sawtooth, sawtooth_chart.
+What changed since lesson 01: strategy "none" became the tutorial's sawtooth: the loop compacts
+before every call.
+Try it: KEEP = 8 keeps exactly 8 (len - 8 is an assistant message, nothing to walk back); ABOVE = 14
+compacts every 2 turns; set OPENAI_API_KEY (or OPENAI_BASE_URL) and compact.summarize writes the
+summaries.
+Explains compact.py Part I ("The tutorial's sawtooth"): THRESHOLD, KEEP_RECENT, find_cut,
+summary_message, summarize, compact_messages; tiny_agent.py Layer 1 ("The loop", "The compaction the
+loop calls", "Tools"): run, compact_now, Session, Compaction, Workspace.
 Run: python lessons/02_sawtooth.py
 """
 
+import json
+import os
+import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
-import show
-from compact import (compact_messages, cut_that_fits, estimate_tokens, files_touched, find_cut, find_problems,
-                     is_summary, model_configured, summarize_default)
-from tiny_agent import DEMO_TASK, Config, DemoModel, Workspace, new_session, run, sawtooth_chart
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # compact.py and tiny_agent.py
 
-WINDOW, THRESHOLD, KEEP_RECENT = 4_000, 16, 4
-NET = 3_000  # max_tokens for the token net in part 3
+from dotenv import find_dotenv, load_dotenv  # noqa: E402  python-dotenv, as tiny_agent.py reads .env
+from compact import (KEEP_RECENT, SUMMARY_TAG, THRESHOLD, compact_messages, find_cut,  # noqa: E402
+                     summarize, summary_message)
+from tiny_agent import SYSTEM_PROMPT, Compaction, Session, Workspace, run  # noqa: E402
+
+load_dotenv(find_dotenv(usecwd=True))  # a model set in .env writes the summaries, as in the other lessons
+
+ABOVE = THRESHOLD  # compact above this many messages: the tutorial's 30
+KEEP = KEEP_RECENT  # and keep this many of the newest: the tutorial's 6
+FILES = ["cart", "orders", "users", "billing", "search", "mailer", "reports", "auth", "stock", "coupons",
+         "shipping", "returns", "reviews", "invoices", "payments", "sessions", "catalog", "prices", "taxes", "alerts"]
+TASK = "Look at every Python file here: lines, TODOs, what it does. Then say how many files you looked at."
+NAMES = [("COMPACT_THRESHOLD, KEEP_RECENT", "THRESHOLD, KEEP_RECENT"), ("cutIndex and its while loop", "find_cut"),
+         ("summarize(oldHistory)", "summarize(middle)"), ('the "[上下文摘要]" message', "summary_message(summary)"),
+         ("compactMessages(messages)", "compact_messages(messages)"),
+         ("messages = await compactMessages(messages) in agentLoop", "compact_now(session) in tiny_agent.run")]
 
 
-def watched_summarizer(summaries: list[tuple[list[dict], str]]):
-    """summarize_default, plus one line saying what each compaction summarized."""
-    def summarize(middle, focus=None):
-        earlier = sum(is_summary(m) for m in middle)
-        summaries.append((middle, summarize_default(middle, focus)))
-        print(f"[summary] compaction {len(summaries)}: {earlier} earlier summary + "
-              f"{len(middle) - earlier} messages → {len(summaries[-1][1]):,} chars")
-        return summaries[-1][1]
-    return summarize
+def banner(title: str) -> None:
+    print(f"\n=== {title} " + "=" * max(0, 72 - len(title)))
 
 
-def parallel_calls_example() -> list[dict]:
-    """A hand-made history: a long written answer, a new request, then three files read at once."""
-    paths = ["cart.py", "orders.py", "users.py"]
-    calls = [show.call(f"call_{n}", "read_file", path=path) for n, path in enumerate(paths, start=1)]
-    analysis = " ".join(f"Order {1000 + i}: the cart rounds each line before tax, so the total is {i % 9 + 1} "
-                        "cents off the invoice." for i in range(120))
-    return [{"role": "system", "content": "You are a coding agent."},
-            {"role": "user", "content": "Why does checkout fail?"},
-            *show.step("call_0", "read_file", "def checkout(cart):\n    return pay(cart.total)\n", path="app.py"),
-            {"role": "assistant", "content": analysis},
-            {"role": "user", "content": "Now fix it in cart.py."},
-            show.asks(*calls),
-            *[show.result(c["id"], f"# {path}\n" + "def total(items):\n    return sum(items)\n" * 25)
-              for c, path in zip(calls, paths)]]
+def model_configured() -> bool:
+    """A real model writes the summaries when the user set a key or a server, as in tiny_agent."""
+    return bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
+
+
+def stand_in_summary(middle: list[dict]) -> str:
+    """THE LESSON'S STAND-IN for compact.summarize, used when no model is configured: not a model,
+    a few lines of Python. It carries an earlier summary forward and adds the files read since."""
+    task, files = "", []
+    for m in middle:
+        text = m.get("content") or ""
+        if m["role"] == "user" and text.startswith(SUMMARY_TAG):  # the summary rolls forward
+            task = text.split("- Task: ")[-1].split("\n")[0]
+            files += text.split("- Files read: ")[-1].split("\n")[0].split(", ")
+        elif m["role"] == "user":
+            task = text
+        files += [json.loads(c["function"]["arguments"])["path"] for c in m.get("tool_calls") or []
+                  if c["function"]["name"] == "read_file"]
+    return f"- Task: {task}\n- Files read: {', '.join(files)}\n- Progress: {len(files)} files looked at so far."
+
+
+def summarizer(summaries: list[tuple[list[dict], str]]):
+    """compact.summarize when a model is configured, else the stand-in; each summary is kept to show."""
+    def summarize_middle(middle: list[dict]) -> str:
+        text = stand_in_summary(middle)
+        if model_configured():
+            try:
+                text = summarize(middle)
+            except Exception as error:  # Part I has no fallback: Part II's summarize_safely is one
+                print(f"[summary] compact.summarize failed ({type(error).__name__}); the stand-in wrote this one")
+        summaries.append((middle, text))
+        return text
+    return summarize_middle
+
+
+def sawtooth(summarize_middle) -> Compaction:
+    """tiny_agent.tutorial_compaction() with the lesson's summarizer and numbers: the one object
+    the loop calls before every request; level 1 and up (a refusal, /compact) compacts now."""
+    def fit(messages, focus=None, level=0, usage=None):
+        return compact_messages(messages, summarize_middle, threshold=0 if level else ABOVE, keep_recent=KEEP)
+    return Compaction("sawtooth", fit)
+
+
+def call(call_id: str, name: str, **arguments) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def stand_in_model():
+    """THE LESSON'S STAND-IN for a language model: a script, not a model. Each turn it looks at one
+    file with three calls at once, as models often do; then it answers from what it can still see:
+    the summary and the recent messages."""
+    queue = [f"{name}.py" for name in FILES]
+
+    def model(messages: list[dict], tools: list[dict]) -> dict:
+        if queue:
+            path, n = queue.pop(0), len(FILES) - len(queue)
+            return {"role": "assistant", "content": f"Looking at {path}.", "tool_calls": [
+                call(f"call_{n}a", "bash", command=f"wc -l {path}"), call(f"call_{n}b", "bash", command=f"grep -c TODO {path}"),
+                call(f"call_{n}c", "read_file", path=path)]}
+        summary = next((m["content"] for m in messages if m["content"].startswith(SUMMARY_TAG)), "")
+        recent = {json.loads(c["function"]["arguments"]).get("path") for m in messages for c in m.get("tool_calls") or []}
+        named = [f for f in FILES if f"{f}.py" in summary]
+        seen = [f for f in FILES if f in named or f"{f}.py" in recent]
+        return {"role": "assistant", "content": f"[stand-in] I looked at {len(seen)} of the {len(FILES)} files: "
+                f"{len(named)} are named in the summary, {len(seen) - len(named)} in the recent messages."}
+    return model
+
+
+def make_project(folder: Path) -> None:
+    for i, name in enumerate(FILES):
+        functions = "".join(f"def {verb}_{name}(item):\n    return [item] * {i + 2}\n\n" for verb in ("load", "save"))
+        (folder / f"{name}.py").write_text(f'"""The {name} module of a small shop."""\n\n{functions}# TODO: tests\n')
+
+
+def chart(counts: list[int], height: int = 8) -> str:
+    """Messages sent with each request, as the tutorial draws them: up while working, down at each compaction."""
+    top, rows = max(counts), []
+    for level in range(height, 0, -1):
+        edge = top * level / height
+        label = f"{round(edge):>4} ┤" if level in (height, height // 2) else "     │"
+        rows.append(label + "".join("██" if n >= edge - 1e-9 else "  " for n in counts))
+    return "\n".join(rows + ["     └" + "──" * len(counts)])
 
 
 def main() -> None:
-    show.banner(f"1. The loop with strategy sawtooth: threshold {THRESHOLD}, keep_recent {KEEP_RECENT}")
-    by = "the configured model" if model_configured() else "the offline summarizer (no model configured)"
+    banner(f"1. The loop, compacting above {ABOVE} messages and keeping the last {KEEP}")
+    by = "compact.summarize, the cheap model" if model_configured() else \
+        "the lesson's stand-in (no model configured; set OPENAI_API_KEY or OPENAI_BASE_URL for compact.summarize)"
     print(f"[summary] summaries by: {by}")
+    print(f"[rule] above {ABOVE} messages, send [system prompt, a summary of the middle, the last {KEEP}]")
+    print("[stand-in] The model is a fixed Python script, not a language model; the loop and the tools are real.")
     summaries: list[tuple[list[dict], str]] = []
-    compactions: list[str] = []
+    befores: list[list[dict]] = []
+    compaction = sawtooth(summarizer(summaries))
+    fit = compaction.fit
+    compaction.fit = lambda messages, **kw: (befores.append(messages), fit(messages, **kw))[1]
 
-    def log(line: str) -> None:  # the loop's other lines are its tool calls, as in lesson 01
+    def log(line: str) -> None:  # the loop's other lines are its tool calls
         if line.startswith("[compact]"):
-            compactions.append(line)
-            print(line)
+            before = befores[-1]
+            naive, cut = len(before) - KEEP, find_cut(before, KEEP, head=1)
+            role = before[naive]["role"]
+            print(f"{line}: len - {KEEP} = {naive} is {'an' if role[0] in 'aeiou' else 'a'} {role} message; find_cut "
+                  f"stopped at {cut}, so {len(before) - cut} are kept")
 
     with tempfile.TemporaryDirectory(prefix="lesson02-") as folder:
-        show.make_project(Path(folder))
-        session = new_session(Config(strategy="sawtooth", threshold=THRESHOLD, keep_recent=KEEP_RECENT),
-                              summarize=watched_summarizer(summaries))
-        answer = run(session, DEMO_TASK, DemoModel(window=WINDOW), Workspace(Path(folder)), log=log)
+        make_project(Path(folder))
+        session = Session([{"role": "system", "content": SYSTEM_PROMPT}], compaction)
+        answer = run(session, TASK, stand_in_model(), Workspace(Path(folder)), log=log)
     print(f"[answer] {answer}")
-    print(sawtooth_chart(session.sent))
 
-    show.banner("2. The summary rolls forward")
-    middle, summary = summaries[-1]
-    turns, read = sum(bool(m.get("tool_calls")) for m in middle), files_touched(middle)[0]
-    print(f"[summary] the last middle held {sum(is_summary(m) for m in middle)} earlier summary and "
-          f"{turns} new turns that read {len(read)} files;")
-    print(f"[summary] the summary it produced has to carry what all {len(summaries)} compactions saw:")
-    for line in [line for line in summary.splitlines() if line.strip()][:14]:
-        print("          " + (line if len(line) <= 100 else line[:99] + "…"))
+    banner("2. The cut walks back over tool results")
+    walked = [b for b in befores if len(b) > ABOVE and find_cut(b, KEEP, head=1) < len(b) - KEEP]
+    if not walked:
+        print(f"[cut] len - {KEEP} stood on an assistant message at every compaction: nothing to walk back "
+              f"(KEEP = 6 lands inside a turn)")
+    before = walked[0] if walked else befores[-1]
+    naive, cut = len(before) - KEEP, find_cut(before, KEEP, head=1)
+    for i in range(cut - 2, naive + 2) if walked else ():
+        m = before[i]
+        what = "→ " + ", ".join(c["function"]["name"] for c in m["tool_calls"]) if m.get("tool_calls") else \
+            f"result of {m.get('tool_call_id')}"
+        mark = "  ◄ find_cut stops here: the tail starts" if i == cut else f"  ◄ len - {KEEP}" if i == naive else ""
+        print(f"  #{i:<3} {m['role']:<9} {what}{mark}")
+    if walked:
+        print(f"[cut] a tail from #{naive} would start with the result of {before[naive]['tool_call_id']}, whose call "
+              f"(#{cut}) went into the summary;")
+        print("[cut] a server refuses a tool result that follows no call (HTTP 400), so the group stays together.")
 
-    show.banner("3. Where the cut goes: parallel calls, and the token net")
-    messages = parallel_calls_example()
-    show.show(messages)
-    keep = 2
-    naive, cut = len(messages) - keep, find_cut(messages, keep, head=1)
-    print(f"[cut] keep_recent={keep}: the cut starts at {naive} = len - keep_recent, "
-          f"a {messages[naive]['role']} result")
-    print(f"[cut] find_cut walked back and ended at {cut}: the {messages[cut]['role']} message with "
-          f"{len(messages[cut]['tool_calls'])} calls; the tail is {len(messages) - cut} messages, not {keep}")
-    naive_problems = find_problems([messages[0], *messages[naive:]])
-    cut_problems = find_problems([messages[0], *messages[cut:]])
-    print(f"[cut] [system, *messages[{naive}:]] would be refused: {naive_problems[0]}")
-    print(f"[cut] [system, *messages[{cut}:]] has {len(cut_problems)} problems")
-    untouched = compact_messages(messages, summarize_default) is messages
-    print(f"[net] {len(messages)} messages, ~{estimate_tokens(messages):,} tokens: below the threshold of 30, "
-          f"so without max_tokens nothing happens: {untouched}")
-    for net in (NET, 600):
-        fit = cut_that_fits(messages, 6, 1, net)
-        tail = estimate_tokens(messages[fit:]) - 3
-        print(f"[net] max_tokens={net:,}: keep_recent=6 would keep from {find_cut(messages, 6, 1)}; cut_that_fits "
-              f"keeps from {fit} ({messages[fit]['role']}), ~{tail:,} tokens"
-              + (" (the newest group: never split)" if tail > net // 2 else f" ≤ half of {net:,}"))
-    out = compact_messages(messages, summarize_default, max_tokens=NET)
-    show.sizes("net", messages, out)
-    refused = sum("refused" in line for line in compactions)
-    print(f"[lesson 02] done: {len(session.sent)} iterations, {session.compactions} compactions, at most "
-          f"{max(n for n, _ in session.sent)} messages sent, {refused} requests refused by the {WINDOW:,}-token "
-          f"window; the net took ~{estimate_tokens(messages):,} → ~{estimate_tokens(out):,} tokens")
+    banner("3. The summary message, and how it rolls forward")
+    middle, text = summaries[-1]
+    earlier = sum(m["role"] == "user" and (m.get("content") or "").startswith(SUMMARY_TAG) for m in middle)
+    print(f"[summary] {len(summaries)} compactions; the last middle held {earlier} earlier summary + "
+          f"{len(middle) - earlier} messages: the summary rolls forward")
+    message = summary_message(text)
+    print(f"[label] summary_message(summary): role={message['role']!r}, content:")
+    for row in message["content"].splitlines():
+        print(textwrap.fill(row, 100, initial_indent="    ", subsequent_indent="    ") if row else "")
+    print('[label] the tutorial\'s: role "user", "[上下文摘要]\\n以下是之前对话的要点，原始细节已省略：…继续处理剩余任务。"')
+    print("[label] user, not system: old notes must not become rules; the label says they are reference material.")
+
+    banner("4. The sawtooth, and the tutorial's names")
+    counts = [n for n, _ in session.sent]
+    print(f"[chart] messages sent with each of the {len(counts)} requests (never above {ABOVE}: at {ABOVE + 4} the loop "
+          "compacts first):")
+    print(chart(counts))
+    print(f"      messages: {' '.join(map(str, counts))}")
+    for ts, py in NAMES:
+        print(f"[names] {ts} → {py}")
+    print(f"[lesson 02] done: {len(counts)} requests, {session.compactions} compactions, at most {max(counts)} messages "
+          f"sent (threshold {ABOVE}, keep_recent {KEEP}); {answer.removeprefix('[stand-in] ')}")
 
 
 if __name__ == "__main__":

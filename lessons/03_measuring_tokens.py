@@ -1,16 +1,24 @@
-"""Lesson 04 · Measuring tokens
+"""Lesson 03 · Measuring tokens
 Motto: you cannot keep under a limit you do not measure, and chars/4 is not a measurement.
 
 The problem: the window is counted in tokens, not characters or messages. "len(text) / 4" roughly
 fits English prose only: code, JSON and logs have more tokens per character, and one Chinese
-character is about one token, so chars/4 counts Chinese text at a fraction of its real size.
+character is about one token, so chars/4 counts Chinese text at a fraction of its real size. And
+lesson 02's rule counts messages: 10 messages can hold one 8,000-token answer.
 
 How it works: text_tokens counts exactly with the o200k tokenizer when `bpe-openai` is
 installed (pip install .[tokens]); otherwise heuristic_tokens splits the text the way a BPE
 tokenizer roughly does (words, digit groups, CJK characters, punctuation). Each string is counted
 once and remembered, so a long history is not re-tokenized on every turn. message_tokens adds a
 message's reasoning, its tool calls and the framing every message costs; estimate_tokens sums a
-list. Then Budget says how much of the window the history may use:
+list.
+
+The token net puts tokens under the message count: sawtooth(..., max_tokens=...) compacts a list
+over max_tokens even below the threshold, and find_cut_within keeps fewer recent messages until
+they take at most half of max_tokens, but never fewer than the newest tool-call group. When the
+server refuses a request anyway, is_context_overflow recognises each family's wording and
+refused_size reads the count it gives: the truth about that request's size. Then Part III's
+Budget says how much of the window the history may use:
 
     |<------------------------------ context_window ------------------------------>|
     | system prompt |        history may use this: effective        | reserved output |
@@ -18,21 +26,27 @@ list. Then Budget says how much of the window the history may use:
                     |<----- trigger 0.7 ----->|  past here: compact, down to target
 
 An estimate is still an estimate: when the server reports how many tokens it counted
-(usage.prompt_tokens), the loop passes that to the compactor as `used` (tiny_agent.request_tokens).
+(usage.prompt_tokens), the loop keeps it (Session.usage) and tiny_agent.request_tokens starts from it.
 
-What changed since lesson 03: the sawtooth counted messages (its token net aside); Part II counts
-tokens from here on.
-Try it: paste your own text into SAMPLES; set WINDOW to 128_000 and see the trigger move.
-Explains compact.py Part I: heuristic_tokens, text_tokens, message_tokens, estimate_tokens ("Messages
-and their tokens"); Part II: Budget ("Measuring").
-Run: python lessons/04_measuring_tokens.py
+What changed since lesson 02: the sawtooth counted messages; Part II counts tokens from here on.
+Try it: paste your own text into SAMPLES; set NET to 6_000 and the net leaves the history alone;
+set WINDOW to 128_000 and see the trigger move.
+Explains compact.py Part II ("Tokens"): heuristic_tokens, text_tokens, message_tokens,
+estimate_tokens; ("The token net"): find_cut_within; ("Refusals"): is_context_overflow,
+refused_size; ("The sawtooth as the agent runs it"): sawtooth(max_tokens=...); Part III
+("Measuring"): Budget.
+Run: python lessons/03_measuring_tokens.py
 """
 
+import textwrap
+
 import show
-from compact import Budget, estimate_tokens, heuristic_tokens, message_tokens
+from compact import (ACK, Budget, compact_messages, estimate_tokens, find_cut, find_cut_within, heuristic_tokens,
+                     is_context_overflow, is_summary, message_tokens, refused_size, sawtooth, summarize_offline)
 from conversations import generate_conversation
 
 WINDOW, RESERVED = 40_000, 4_000
+NET = 3_000  # max_tokens for the token net in part 2
 
 SAMPLES = {
     "English prose": "When an agent works on a long task, every tool call adds a request and a result "
@@ -70,9 +84,73 @@ def exact_encoding():
     return bpe_openai.get_encoding("o200k_base")
 
 
+def parallel_calls_example() -> list[dict]:
+    """A hand-made history: a long written answer, a new request, then three files read at once."""
+    paths = ["cart.py", "orders.py", "users.py"]
+    calls = [show.call(f"call_{n}", "read_file", path=path) for n, path in enumerate(paths, start=1)]
+    analysis = " ".join(f"Order {1000 + i}: the cart rounds each line before tax, so the total is {i % 9 + 1} "
+                        "cents off the invoice." for i in range(120))
+    return [{"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "Why does checkout fail?"},
+            *show.step("call_0", "read_file", "def checkout(cart):\n    return pay(cart.total)\n", path="app.py"),
+            {"role": "assistant", "content": analysis},
+            {"role": "user", "content": "Now fix it in cart.py."},
+            show.asks(*calls),
+            *[show.result(c["id"], f"# {path}\n" + "def total(items):\n    return sum(items)\n" * 25)
+              for c, path in zip(calls, paths)]]
+
+
+class Refusal(Exception):
+    """A server's error as the openai client raises it: the message, and the JSON body."""
+
+    def __init__(self, message: str, **body):
+        super().__init__(message)
+        self.body = {"error": {"message": message, **body}}
+
+
+REFUSALS = {  # as the servers word them (tests/test_refusals.py has each as a fixture)
+    "OpenAI": Refusal("This model's maximum context length is 128000 tokens. However, your messages resulted in "
+                      "130412 tokens. Please reduce the length of the messages.", code="context_length_exceeded"),
+    "llama-server": Refusal("the request exceeds the available context size, try increasing it",
+                            type="exceed_context_size_error", n_prompt_tokens=5010, n_ctx=4096),
+    "vLLM": Refusal("The decoder prompt (length 5000) is longer than the maximum model length of 4096."),
+    "Anthropic": Refusal("prompt is too long: 210345 tokens > 200000 maximum"),
+    "a rate limit": Refusal("Rate limit reached for requests", code="rate_limit_exceeded"),
+}
+
+
+def token_net() -> None:
+    messages = parallel_calls_example()
+    show.show(messages)
+    untouched = compact_messages(messages, summarize_offline) is messages
+    print(f"[net] {len(messages)} messages, ~{estimate_tokens(messages):,} tokens: below the threshold of 30, "
+          f"so without max_tokens nothing happens: {untouched}")
+    for net in (NET, 600):
+        fit = find_cut_within(messages, 6, 1, net)
+        tail = estimate_tokens(messages[fit:]) - 3
+        print(f"[net] max_tokens={net:,}: keep_recent=6 would keep from {find_cut(messages, 6, 1)}; find_cut_within "
+              f"keeps from {fit} ({messages[fit]['role']}), ~{tail:,} tokens"
+              + (" (the newest group: never split)" if tail > net // 2 else f" ≤ half of {net:,}"))
+    out = sawtooth(messages, summarize_offline, max_tokens=NET)
+    show.sizes("net", messages, out)
+    print("[net] sent now: " + " · ".join("summary" if is_summary(m) else "ACK" if m is ACK else m["role"] for m in out)
+          + " (ACK: an assistant turn between the summary and a kept user message)")
+    return messages, out
+
+
+def refusals() -> None:
+    print("[refusal] a request over the window is refused; what the loop reads from each server's answer:")
+    for server, error in REFUSALS.items():
+        counted = refused_size(error)
+        print(f"  {server:<13} overflow {str(is_context_overflow(error)):<5}  counted "
+              f"{f'{counted:,}' if counted else '-':<8} {textwrap.shorten(str(error), 56, placeholder=' …')}")
+    print("[refusal] a count is the truth about that request's size: the loop keeps it in Session.usage and")
+    print("[refusal] scales its next estimate to it; an error that is not a refusal (a rate limit) is raised")
+
+
 def main() -> None:
     encoding = exact_encoding()
-    show.banner("Three ways to count the same text")
+    show.banner("1. Three ways to count the same text")
     if encoding is None:
         print("[tokens] bpe-openai is not installed (pip install .[tokens]): no exact count, heuristic only")
     rows = [(name, len(text), len(encoding.encode(text, disallowed_special=())) if encoding else None,
@@ -90,7 +168,13 @@ def main() -> None:
                   f"{sum(e < 0 for e in errors)} of {len(rows)} samples")
         print("[tokens] too low is the dangerous side (the request hits the wall); too high compacts early")
 
-    show.banner(f"The budget of a {WINDOW:,}-token window for a generated conversation")
+    show.banner(f"2. The token net: {len(parallel_calls_example())} messages can be too many tokens")
+    net_before, net_after = token_net()
+
+    show.banner("3. What the server counted")
+    refusals()
+
+    show.banner(f"4. The budget of a {WINDOW:,}-token window for a generated conversation")
     messages = generate_conversation(30, seed=1).messages
     budget = Budget(context_window=WINDOW, reserved_output=RESERVED)  # trigger 0.7, target 0.5
     system = message_tokens(messages[0])
@@ -109,7 +193,8 @@ def main() -> None:
         print("[budget] under the trigger: nothing to do yet")
     print("[budget] why a gap between trigger and target: compacting to just under 0.7 would trigger again")
     print("[budget] on the next turn; going down to 0.5 buys several turns per compaction.")
-    print(f"[lesson 04] done: {len(SAMPLES)} samples measured; history {history:,} of effective "
+    print(f"[lesson 03] done: {len(SAMPLES)} samples measured; the net took {len(net_before)} messages ~"
+          f"{estimate_tokens(net_before):,} → ~{estimate_tokens(net_after):,} tokens; history {history:,} of effective "
           f"{effective:,} tokens ({history / effective:.0%}), trigger at {budget.trigger:.0%}")
 
 

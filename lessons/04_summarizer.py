@@ -1,4 +1,4 @@
-"""Lesson 03 · The cheap summarizer and its prompt
+"""Lesson 04 · The cheap summarizer and its prompt
 Motto: the summarizer reads the history as a document, not as a conversation it takes part in.
 
 The problem: lesson 02 replaced the middle with "a summary". What exactly does the summarizer see,
@@ -9,32 +9,39 @@ How it works:
 
     middle (chat dicts) ─► transcript_lines(): tagged lines; the task and the latest request are kept
       ─► transcript_chunks(): pieces that fit the summary model's window, each with those two lines
-      ─► summary_request(previous, piece): [system: SUMMARY_PROMPT, user: <transcript>…</transcript>]
+      ─► summary_request(previous, piece): [system: SECTIONS_PROMPT, user: <transcript>…</transcript>]
       ─► a cheap model, no tools, temperature 0.1 ─► summary text, folded into the next piece's request
       ─► backfill(): what the extractive pass finds and the model left out is appended
-      ─► summary_message(): a USER message framed as reference material, ending with "continue"
+      ─► sawtooth(): "(Compaction N replaced M messages, …)" first, the user's latest request below
+         it (with_notes) when it left the context, all in summary_message(): a USER message framed
+         as reference material; compact.ACK after it when the kept tail starts with a user message
 
 summary_window() is the summary model's window: SUMMARY_CONTEXT_WINDOW, else CONTEXT_WINDOW. Without
 a model, summarize_offline extracts a short summary (the task, what the user said, identifiers,
 errors, progress) with regular expressions: deterministic, free, and the fallback when the model
-fails. Part II's summarize_structured (lesson 10) extracts more sections.
+fails: sawtooth calls every summarizer through summarize_safely, so an error or an empty answer
+costs a summary's quality, never the history. Part III's summarize_structured (lesson 10)
+extracts more sections.
 
-What changed since lesson 02: nothing in the loop; we open the `summarize` box it called.
+What changed since lesson 03: nothing in the loop; we open the `summarize` box lesson 02 called.
 Try it: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) and re-run to compare the model's
 summary with the offline one; set WINDOW to 3_000 for more pieces; change SEED for another conversation.
-Explains compact.py Part I: transcript_lines, transcript_chunks, summary_request, SUMMARY_PROMPT,
-summary_window, summarize_with_model, backfill, summarize_default ("The model summarizer"),
-summarize_offline ("The offline summarizer"), summary_message ("The summary message").
-Run: python lessons/03_summarizer.py
+Explains compact.py Part II ("The summarizer that reads in pieces"): transcript_lines,
+transcript_chunks, summary_request, SECTIONS_PROMPT, summary_window, summarize_with_model,
+backfill, summarize_default; ("The offline summarizer"): summarize_offline; ("The summary message, in
+full"): with_notes, ACK; ("The sawtooth as the agent runs it"): sawtooth, summarize_safely,
+replaced_line; Part I ("The tutorial's sawtooth"): SUMMARY_PROMPT, summary_message.
+Run: python lessons/04_summarizer.py
 """
 
 import textwrap
 from types import SimpleNamespace
 
 import show
-from compact import (SUMMARY_PROMPT, backfill, content_text, find_cut, model_configured, summarize_default,
-                     summarize_offline, summarize_with_model, summary_message, summary_window, text_tokens,
-                     transcript_chunks, transcript_lines, user_requests)
+from compact import (ACK, SECTIONS_PROMPT, SUMMARY_PROMPT, CompactState, backfill, content_text, find_cut,
+                     is_summary, model_configured, sawtooth, summarize_default, summarize_offline,
+                     summarize_with_model, summary_window, text_tokens, transcript_chunks, transcript_lines,
+                     user_requests)
 from conversations import generate_conversation
 
 SEED, TURNS = 3, 20
@@ -77,9 +84,10 @@ def main() -> None:
     print("[why] inside a tool output, or try to continue the calls. As tagged text inside one user")
     print("[why] message it is data to describe; long outputs keep only their head and tail.")
 
-    show.banner("2. The prompt")
-    for paragraph in SUMMARY_PROMPT.splitlines():
+    show.banner("2. The prompt: SUMMARY_PROMPT, then the sections (SECTIONS_PROMPT)")
+    for paragraph in SECTIONS_PROMPT.splitlines():
         print(textwrap.fill(paragraph, 100, initial_indent="    ", subsequent_indent="    "))
+    print(f"[prompt] SECTIONS_PROMPT starts with SUMMARY_PROMPT: {SECTIONS_PROMPT.startswith(SUMMARY_PROMPT)}")
 
     show.banner("3. A middle larger than the summary model's window")
     print(f"[window] summary_window() = {summary_window():,} tokens here (SUMMARY_CONTEXT_WINDOW, else "
@@ -97,13 +105,14 @@ def main() -> None:
     print(f"[request] parameters: {', '.join(sorted(request))}; no tools, so the summarizer cannot act")
     print(f"[request] model={request['model']!r} (SUMMARY_MODEL), temperature={request['temperature']}, "
           f"max_tokens={request['max_tokens']:,}: a cheap model, little randomness, a bounded answer")
-    print(f"[request] {request['messages'][0]['role']} is SUMMARY_PROMPT; the last user part starts: "
+    prompt = "SECTIONS_PROMPT" if request["messages"][0]["content"] == SECTIONS_PROMPT else "another prompt"
+    print(f"[request] {request['messages'][0]['role']} is {prompt}; the last user part starts: "
           f"{request['messages'][1]['content'][:48]!r}")
 
     show.banner("4. The offline summary, and the backfill of a weak model's")
     offline = summarize_offline(middle)
     print(f"[summary] offline summarizer ({len(offline):,} chars, from {len(middle)} messages):")
-    indented(offline, 12)
+    indented(offline, 10)
     if model_configured():
         print("[summary] the configured model (summarize_default falls back to offline if it fails):")
         indented(summarize_default(middle), 12)
@@ -115,16 +124,28 @@ def main() -> None:
           f"sections it left out: {', '.join(line[3:].split(' (')[0] for line in added)}")
 
     show.banner("5. How the summary goes back into the history")
-    framed = summary_message(offline)
-    rows = framed["content"].splitlines()
-    print(f"[framing] role={framed['role']!r}, content:")
+    state = CompactState()
+    out = sawtooth(messages, summarize_offline, state=state)
+    message = next(m for m in out if is_summary(m))
+    rows = message["content"].splitlines()
+    print(f"[framing] sawtooth({len(messages)} messages) → {len(out)}: {' · '.join(m['role'] for m in out[:4])} · …; "
+          f"the summary is summary_message(...), role={message['role']!r}:")
     print(textwrap.fill(rows[0], 100, initial_indent="    ", subsequent_indent="    "))
-    print(f"    … the {len(rows) - 4} lines of the summary …")
-    print(f"    {rows[-1]}")
+    print(f"    {rows[2]}\n    … {len(rows) - 4} more lines of the summary …\n    {rows[-1]}")
+    acked = out[2] is ACK
+    print(f"[framing] its first line says what it replaced, to check against the archive (lesson 09); then "
+          f"{'compact.ACK, since the kept tail starts with a user message' if acked else 'no ACK: the kept tail does not start with a user message'}")
     print("[framing] user, not system: a system message in the middle is refused by some providers and")
     print("[framing] would turn old notes into rules; not assistant: the model would take it as its own words")
-    print(f"[lesson 03] done: {len(middle)} messages → {len(lines)} tagged lines → {len(client.requests)} pieces "
-          f"for a {WINDOW:,}-token summary model; {len(offline):,}-char offline summary in a {framed['role']} message")
+
+    def broken(middle, focus=None):
+        raise ConnectionError("the summary model is down")
+    failed = CompactState()
+    kept = sawtooth(messages, broken, state=failed)
+    print(f"[fallback] a summarizer that raises: {len(messages)} → {len(kept)} messages all the same, "
+          f"state.failures = {failed.failures}, last_error = {failed.last_error!r}")
+    print(f"[lesson 04] done: {len(middle)} messages → {len(lines)} tagged lines → {len(client.requests)} pieces "
+          f"for a {WINDOW:,}-token summary model; {len(offline):,}-char offline summary in a {message['role']} message")
 
 
 if __name__ == "__main__":

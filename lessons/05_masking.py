@@ -2,7 +2,7 @@
 Motto: an old tool result is a receipt, not the goods.
 
 The problem: most of an agent's history is tool output (files read, logs, test runs) that the
-model needed once, several turns ago. A summary (lessons 02-03) costs a model call and loses
+model needed once, several turns ago. A summary (lessons 02-04) costs a model call and loses
 detail; most of the saving is available much more cheaply.
 
 How it works: mask_old_tool_results replaces each old result with a placeholder that says what it
@@ -17,10 +17,10 @@ a later step may need by name stays visible. The last `keep_last` results stay w
 the newest batch (results after the last assistant message): the model has not read those yet.
 A result shorter than its note stays too.
 
-What changed since lesson 04: the first cheap rung of Part II: no model, no summary, just string work.
+What changed since lesson 04: the first cheap rung of Part III: no model, no summary, just string work.
 Try it: set KEEP_LAST to 0 or 10; change SEED; re-run and compare the saving.
-Explains compact.py Part II ("The cheap layers"): mask_old_tool_results, placeholder, error_lines,
-newest_batch; Part I: pair_tool_results, describe_call.
+Explains compact.py Part III ("The cheap layers"): mask_old_tool_results, placeholder, error_lines,
+newest_batch; Part II ("Messages as servers send them"): pair_tool_results, describe_call.
 Run: python lessons/05_masking.py
 """
 

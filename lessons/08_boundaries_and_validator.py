@@ -15,19 +15,21 @@ How it works:
   would reject, and repair fixes it: an orphan result goes, an open call gets a placeholder
   result, a late system message becomes a user note. Tool results are paired with the calls
   just before them (by position), because real models reuse ids. A message with no valid role
-  cannot be repaired: compaction refuses the list loudly (check_messages) instead of dropping it.
+  cannot be repaired: compaction (sawtooth, and every Compactor) refuses the list loudly
+  (check_messages) instead of dropping it.
 
 What changed since lesson 07: the cheap layers never moved a message; from here on we cut.
 Try it: set TAIL_SHARES to (0.01, 0.02, 0.03); add {"role": "assistant", "content": ""} to a
   broken list and see the new problem and its repair.
-Explains compact.py Part I: check_messages ("Messages and their tokens"), pair_tool_results, find_cut
-  ("Where to cut"), repair ("The sawtooth"); Part II: find_problems ("Validation"),
-  Compactor.boundaries ("The ladder").
+Explains compact.py Part I ("The tutorial's sawtooth"): find_cut; Part II ("Messages as servers
+  send them"): check_messages, pair_tool_results; ("Valid lists"): repair; ("The sawtooth as the
+  agent runs it"): sawtooth; Part III ("Validation"): find_problems; ("The ladder"):
+  Compactor.boundaries.
 Run: python lessons/08_boundaries_and_validator.py
 """
 
 import show
-from compact import Compactor, compact_messages, find_problems, message_tokens, repair
+from compact import Compactor, find_problems, message_tokens, repair, sawtooth
 from conversations import generate_conversation
 
 TAIL_SHARES = (0.05, 0.10, 0.20, 0.30)
@@ -119,9 +121,9 @@ def main():
     no_role = [{"role": "system", "content": "You are a coding agent."}, {"content": "a message with no role"}]
     print(f"--- no role: {find_problems(no_role)[0]}")
     try:
-        compact_messages(no_role)
+        sawtooth(no_role)
     except ValueError as error:
-        print(f"  [refused] compact_messages raises ValueError: {error}")
+        print(f"  [refused] sawtooth raises ValueError: {error}")
     print(f"\n[lesson 08] done: the tail never starts on a tool result; repair made {fixed} of "
           f"{len(broken_lists())} broken lists valid")
 

@@ -14,13 +14,16 @@ tool lets the model search it and read a hit back:
 Secrets are masked, code is not: mask_secrets replaces API keys (sk-…, ghp_…, AKIA…) and literal
 values after a secret-like name (`"api_key": "…"`, `TOKEN=…`), but never an expression, so
 `password = ReadOnlyPasswordHashField(` is archived as written. The agent archives under every
-strategy: new_session(config, archive_dir=...) gives the sawtooth of lesson 02 an archive too.
+strategy: new_session(config, archive_dir=..., ws=ws) gives the sawtooth an archive too, and
+sets ws.archive, the one the recall tool reads.
 
 What changed since lesson 08: cutting is now reversible; nothing that leaves is lost.
 Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
-Explains compact.py Part II ("Archive and recall"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE,
-  leaving, Compactor(archive=...); tiny_agent.py: new_session(archive_dir=...), run_tool's `recall`.
+Explains compact.py Part II ("The archive"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE;
+  ("Valid lists"): leaving; Part III ("The ladder"): Compactor(archive=...); tiny_agent.py Layer 1 ("Tools"):
+  Workspace(archive=...), run_tool; Layer 2 ("Requests"): recall; ("Sessions"):
+  new_session(archive_dir=...).
 Run: python lessons/09_archive_and_recall.py
 """
 
@@ -84,20 +87,21 @@ def main():
               f"{'yes' if error in back else 'NO (it was cut out)'}")
 
         show.banner("4. The same through the recall tool, as the model calls it")
-        ws = tiny_agent.Workspace(Path(folder))
+        ws = tiny_agent.Workspace(Path(folder), archive=archive)  # the archive the recall tool reads
         for arguments in (json.dumps({"query": query}), json.dumps({"query": f"#{n}"})):
-            answer = tiny_agent.run_tool(ws, "recall", arguments, archive)
+            answer = tiny_agent.run_tool(ws, "recall", arguments)
             print(f"[recall] {arguments} → {len(answer):,} chars: {' '.join(answer.split())[:80]}…")
 
         show.banner("5. The agent archives under the sawtooth too")
         show.make_project(Path(folder))
         config = tiny_agent.Config(strategy="sawtooth", threshold=16, keep_recent=4)
-        session = tiny_agent.new_session(config, archive_dir=Path(folder) / "sawtooth")
+        session = tiny_agent.new_session(config, archive_dir=Path(folder) / "sawtooth", ws=ws)
         tiny_agent.run(session, tiny_agent.DEMO_TASK, tiny_agent.DemoModel(window=4_000), ws, log=lambda line: None)
-        records = session.archive.records()
+        kept = session.compaction.archive
+        records = kept.records()
         print(f"[sawtooth] {session.compactions} compactions; {len(records)} messages archived in "
-              f"{session.archive.path.parent.name}/{session.archive.path.name[:8]}…")
-        first = session.archive.search("def load_cart", width=60).split("\n")[0]
+              f"{kept.path.parent.name}/{kept.path.name[:8]}…; the recall tool reads it: {ws.archive is kept}")
+        first = kept.search("def load_cart", width=60).split("\n")[0]
         print(f"[sawtooth] recall 'def load_cart' → {' '.join(first.split())}")
     print(f"\n[lesson 09] done: {len(lines)} archived messages, {len(hits)} search hits for {query}; "
           f"the sawtooth archived {len(records)}")

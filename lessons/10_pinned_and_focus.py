@@ -18,15 +18,16 @@ name, module_02.py and module_03.py, still makes two). The pins may take at most
 of the window: pins_text shows the newest that fit and says how many earlier ones are in the
 archive. Nothing is dropped in silence.
 
-Focus: the summarizer is told what the next turns need. summarize_structured, Part II's offline
+Focus: the summarizer is told what the next turns need. summarize_structured, Part III's offline
 summarizer (the ladder's fallback when no model is configured), keeps the lines that match it
 under "Relevant to the focus". The Compactor uses the latest user request when none is given.
 
 What changed since lesson 09: the archive keeps everything; pins keep the few things that must
 stay in view.
 Try it: add "Always run the linter." to USER_RULES; change FOCUS to "deploy.sh"; set BUDGET to 200.
-Explains compact.py Part II: find_constraints, near_duplicate_key, summarize_structured ("The
-structured summary"), pin, pins_text ("Pins and focus"), Compactor.remember, Compactor.summary_message.
+Explains compact.py Part II ("What the user asked for"): find_constraints, near_duplicate_key;
+Part III ("The structured summary"): summarize_structured; ("Pins and focus"): pin, pins_text;
+("The ladder"): Compactor.remember, Compactor.summary_message.
 Run: python lessons/10_pinned_and_focus.py
 """
 

@@ -5,12 +5,13 @@ The problem: the compactor only sees token counts. The model knows when a phase 
 ("I have read the sources; now the tests") and what the next phase needs. Without a way to say
 so, it waits for the window to fill and gets a summary aimed at nothing in particular.
 
-How it works: `compact` is one more tool in TOOL_SCHEMAS. When the model calls it, the loop
-answers the call, then runs a forced compaction with the model's `focus`:
+How it works: `compact` is one more tool in TOOL_SCHEMAS. When the model calls it, run_calls
+runs the other calls of that message first, then a forced compaction with the model's `focus`,
+and the call's result says what it did:
 
-    model ──► compact {"focus": "..."} ──► loop: result "compaction will run now"
-                                              └─► compact_now(session, focus=..., force=1)
-                                                    └─► summarizer(what leaves, focus="...")
+    model ──► compact {"focus": "..."} ──► run_calls: compact_now(session, focus=..., level=1)
+                                              ├─► summarizer(what leaves, focus="...")
+                                              └─► result "compacted 16 → 11 messages, keeping what matters for: …"
 
 A forced compaction runs now, whatever the trigger says, and aims at the target: the cheap rungs
 run only while the history is over the target, the summary always runs (so the focus reaches the
@@ -22,8 +23,9 @@ tools and the compactor are the real code. The summarizer is wrapped to print th
 
 What changed since lesson 10: the focus no longer has to be guessed from the last user message.
 Try it: change FOCUS; delete the second compact step and compare the final summary.
-Explains tiny_agent.py: run (the `compact` branch), requested_focus, compact_now, TOOL_SCHEMAS;
-compact.py Part II ("The ladder"): Compactor.compact(force=True), Pass.
+Explains tiny_agent.py Layer 1 ("The loop"): run_calls (the `compact` branch), requested_focus,
+compact_now; ("Tools"): TOOL_SCHEMAS; compact.py Part III ("Measuring"): Budget; ("The ladder"):
+Compactor.compact(force=True), Pass.
 Run: python lessons/11_compact_tool.py
 """
 
@@ -32,7 +34,7 @@ from pathlib import Path
 
 import show
 import tiny_agent
-from compact import is_summary, parse_summary, summarize_structured, summary_body
+from compact import Budget, is_summary, parse_summary, summarize_structured, summary_body
 
 FIRST_FOCUS = "which check in src/ can return 401"
 FOCUS = "the failed test in tests/test_auth_0.py"
@@ -76,24 +78,30 @@ def main():
         show.banner("1. The real loop, with a scripted stand-in model")
         print("[stand-in] The model is a fixed Python script, not a language model; the loop, the tools "
               "and the compactor are the real code.")
-        budget = session.compactor.budget
+        # the budget ladder_compaction gives its Compactor: the window, the answer's reserve, the schemas
+        budget = Budget(config.context_window, config.reserved_output, fixed_tokens=tiny_agent.SCHEMA_TOKENS)
         effective = budget.effective(session.messages)
         print(f"[forced] trigger {budget.trigger:.0%} = {budget.trigger * effective:,.0f} history tokens, "
               f"target {budget.target:.0%} = {budget.target * effective:,.0f}")
 
         def log(line):
-            print(line)
+            first, *steps = line.split("\n")  # a [compact] line, then one line per step the ladder ran
+            print(first)
             if line.startswith("[compact] "):
                 history = budget.history(session.messages)
                 cheap = "over the target: cheap rungs first" if history > budget.target * effective else \
                     "under the target: no cheap rung"
                 print(f"[forced] the history was {history:,} tokens ({history / effective:.0%}): under the trigger, "
                       f"so only the model's call compacts; {cheap}, then the summary:")
+            for step in steps:
+                print(step)
         answer = tiny_agent.run(session, "Why does the login test fail?", scripted_model(),
                                 tiny_agent.Workspace(Path(folder)), log=log)
     show.banner("2. What the model sees afterwards")
     show.show(session.messages)
     summary = next(m for m in session.messages if is_summary(m))
+    print("[focus] the summary's \"Relevant to the focus\" lines (from the messages that left; what the newest")
+    print("[focus] focus names may still stand whole in the kept tail, and earlier foci's lines roll forward):")
     for line in parse_summary(summary_body(summary)).get("Relevant to the focus", []):
         print(f"[focus] {line[:90]}")
     print(f"[answer] {answer}")

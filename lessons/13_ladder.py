@@ -33,10 +33,10 @@ back under the target; most compactions never reach the summarizer.
 What changed since lesson 12: the layers become one policy, with a plan for every failure.
 Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1; set
   LIGHT_TARGETS to (0.5, 0.12).
-Explains compact.py Part II ("The guard", "The ladder"): Compactor.compact, Compactor.steps,
+Explains compact.py Part III ("The guard", "The ladder"): Compactor.compact, Compactor.steps,
   Compactor.last_resort, Compactor.summarize_light, Compactor.stats, Pass, SummaryGuard,
-  check_summary, ContextOverflowError. Part 1 replays the run with lessons/benchmark.py's replay
-  and CountingSummarizer (through show.watch).
+  check_summary; Part II ("Refusals"): ContextOverflowError. Part 1 replays the run with
+  lessons/benchmark.py's replay and CountingSummarizer (through show.watch).
 Run: python lessons/13_ladder.py
 """
 

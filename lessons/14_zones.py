@@ -21,9 +21,10 @@ How it works: the history's share of the effective window picks the zone.
 
 What changed since lesson 13: the same rungs, sorted by what they cost in information.
 Try it: set lossless_at=0.5 or lossy_at=0.95; replace ("bash",) by ("read_file",).
-Explains compact.py Part II ("The ladder", "Zones"): Compactor(policy="zones"), merge_same_role,
-  Compactor.admit_tool_result, summarize_tool_output; ("The guard"): flag_unverified. The runs are
-  replayed with lessons/benchmark.py's replay (through show.watch).
+Explains compact.py Part III ("The ladder", "Zones"): Compactor(policy="zones"), merge_same_role,
+  Compactor.admit_tool_result, summarize_tool_output; Part II ("The summarizer that reads in
+  pieces"): flag_unverified. The runs are replayed with lessons/benchmark.py's replay (through
+  show.watch).
 Run: python lessons/14_zones.py
 """
 

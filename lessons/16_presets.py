@@ -23,12 +23,13 @@ parts 2-6 show each seed's signature behaviour on a tiny input.
 What changed since lesson 15: the benchmark compared our own policies; here each design document's
 ladder, built from its own settings, runs on the same conversation.
 Try it: set TURNS to 250 or WINDOW to 64_000; Compactor.from_seed("five-layer", cache_min_tokens=0).
-Explains compact.py Part II ("Presets"): PRESETS, Compactor.from_seed; ("The ladder"): batched,
+Explains compact.py Part III ("Presets"): PRESETS, Compactor.from_seed; ("The ladder"): batched,
   cache_min_tokens, Compactor.premask (mask_every_call), append_focus, Compactor.summarize_light,
   task_complexity (adaptive_tail), Compactor.stats; ("Eviction and the rolling window"):
-  Weights(multiply=True), importance; ("The guard"): flag_unverified(confidence); ("The structured
-  summary"): grade, summarize_structured(graded=True); ("The cheap layers"): placeholder. Part 1
-  replays with lessons/benchmark.py's replay and counted.
+  Weights(multiply=True), importance; ("The structured summary"): grade,
+  summarize_structured(graded=True); ("The cheap layers"): placeholder; Part II ("The summarizer
+  that reads in pieces"): flag_unverified(confidence). Part 1 replays with lessons/benchmark.py's
+  replay and counted.
 Run: python lessons/16_presets.py
 """
 

@@ -2,7 +2,9 @@
 tool calls, and a Compactor watched through lessons/benchmark.py's replay.
 
 Importing this module also puts the repository root on sys.path, so a lesson runs from a plain
-clone (`python lessons/02_sawtooth.py`) even before `pip install -e .`.
+clone (`python lessons/03_measuring_tokens.py`) even before `pip install -e .`. It imports Part II of
+compact.py and Layer 2 of tiny_agent.py, so lesson 02, which reads with Part I and Layer 1 alone,
+does without it.
 """
 
 from __future__ import annotations
