@@ -398,7 +398,7 @@ IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:
                         r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
                         r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
 IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
-SUMMARY_TOKENS = 1200  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
+SUMMARY_TOKENS = 1_200  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
 
 
 def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS)) -> list[str]:
@@ -587,6 +587,7 @@ EXPENDABLE = ("Progress", "Files in outputs", "User said", "Calls (arguments ver
               "Decisions",
               "Errors seen", "User's code (verbatim)", "Files changed")
 DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
+USER_SAID = 8  # the user's latest messages an offline summary quotes (600 characters each); rules are pinned apart
 
 
 def summarize_offline(messages: list[dict], focus: str | None = None, budget: int = SUMMARY_TOKENS) -> str:
@@ -615,11 +616,14 @@ def summarize_offline(messages: list[dict], focus: str | None = None, budget: in
     sections["Identifiers"] = list(dict.fromkeys(new["Identifiers"]))[::-1]  # oldest first, like the rest
     calls = new["Calls (arguments verbatim)"] + old.get("Calls (arguments verbatim)", [])
     sections["Calls (arguments verbatim)"] = list(dict.fromkeys(calls))[::-1]
+    quoted = "\n".join(calls)  # an identifier a call already shows whole is not listed twice
+    sections["Identifiers"] = [x for x in sections["Identifiers"] if x not in quoted]
     sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
     sections["Files in outputs"] = [p for p in sections["Files in outputs"]
                                     if p not in sections["Files changed"] + sections["Files read"]]
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())  # a kind once,
     sections["Progress"], sections["Focus"] = sections["Progress"][-3:], sections["Focus"][-1:]  # its newest wording
+    sections["User said"] = sections["User said"][-USER_SAID:]  # the rest is in the archive, and its rules are pinned
     sections = fit_summary(sections, budget)
     sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
     sections["Calls (arguments verbatim)"] = sections["Calls (arguments verbatim)"][::-1]  # the newest first

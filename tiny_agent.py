@@ -709,10 +709,17 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
     """The strategy `config` names, ready for the loop: refusals recognised, the hardest level,
     a user message too large for the window handled the same way under every strategy."""
     made = STRATEGIES[config.strategy](config, summarize or summarize_default, archive, ws)
-    strategy_fit, room = made.fit, user_room(config)
+    strategy_fit, said = made.fit, {}  # said: the window a refusal named, when the server is smaller
+
+    def refused(error: Exception) -> int | None:
+        window = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+        if window and is_context_overflow(error):
+            said["window"] = int(next(g for g in window.groups() if g))
+        return server_refused(error)
 
     def fit(messages, focus=None, level=0, usage=None):
-        messages = fit_user_message(messages, room, archive)
+        window = min(config.context_window, said.get("window", config.context_window))
+        messages = fit_user_message(messages, user_room(window, config.reserved_output), archive)
         if level > HARDEST:
             raise ContextOverflowError(
                 f"the request still does not fit the server's window after compacting it as far as it goes "
@@ -722,8 +729,13 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
                 "and --strategy none does not compact: choose another")
         out = strategy_fit(messages, focus=focus, level=min(level, 2), usage=usage)
         return shorten_for_window(out, archive, made.state) if level >= HARDEST else out
-    return replace(made, fit=fit, refused=server_refused,
+    return replace(made, fit=fit, refused=refused,
                    describe=lambda before, after, usage: describe_compaction(made, before, after, usage))
+
+
+# The window a server's refusal names: OpenAI and llama-cpp-python, llama-server, vLLM.
+WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)"
+                         r"|\"n_ctx\":\s*(\d+)|maximum model length is (\d+)")
 
 
 def describe_compaction(made: Compaction, before: list[dict], after: list[dict], usage) -> str:
@@ -736,9 +748,10 @@ def describe_compaction(made: Compaction, before: list[dict], after: list[dict],
     return line
 
 
-def user_room(config: Config) -> int:
-    """How many tokens one user message may take: half of what the window leaves for messages."""
-    return (config.context_window - config.reserved_output - SCHEMA_TOKENS - estimate_tokens(SYSTEM_PROMPT)) // 2
+def user_room(window: int, reserved: int) -> int:
+    """How many tokens one user message may take: half of what the window leaves for messages
+    (the window CONTEXT_WINDOW says, or the smaller one a server's refusal named)."""
+    return max(100, (window - reserved - SCHEMA_TOKENS - estimate_tokens(SYSTEM_PROMPT)) // 2)
 
 
 CUT_MARK = "[… {n:,} characters of this message were cut to fit the window; the whole message is archived (recall #{k}) …]"

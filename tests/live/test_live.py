@@ -78,7 +78,8 @@ def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, sm
     assert "[compact]" in after, output[-3_000:]  # it compacted...
     if smollm2_server.calls_tools:
         assert "[tool]" in after, output[-3_000:]  # ...then went on (llama-server's model sees no tools)
-    archived = "".join(p.read_text(encoding="utf-8") for p in (workspace / ".tiny_agent" / "archive").glob("*.jsonl"))
+    records = workspace.parent / "records" / "tiny-agent"  # the agent's records live outside the workspace
+    archived = "".join(p.read_text(encoding="utf-8") for p in records.glob("*/archive/*.jsonl"))
     assert "Note 159: the meeting in room 259" in archived  # what was cut is archived whole
 
 
