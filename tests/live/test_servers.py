@@ -139,8 +139,8 @@ def test_a_31_kb_task_in_a_2048_token_window_ends_the_same_under_every_strategy(
         endings[strategy] = ending(done)
         assert any(line.startswith("[cut] your message") for line in output.splitlines()), \
             f"{strategy}:\n{output[-3_000:]}"
-        archived = "".join(p.read_text(encoding="utf-8")
-                           for p in (workspace / ".tiny_agent" / "archive").glob("*.jsonl"))
+        records = tmp_path / "records" / "tiny-agent"  # the agent's records live outside the workspace
+        archived = "".join(p.read_text(encoding="utf-8") for p in records.glob(f"{strategy}-*/archive/*.jsonl"))
         assert "Note 519: the meeting in room 619" in archived, strategy  # the whole message is archived
     assert len(set(endings.values())) == 1, endings
 
