@@ -147,3 +147,22 @@ def test_the_ladder_notes_every_file_it_reads_not_only_those_that_leave():
 
 def test_intermediate_tools_are_the_design_documents_names():
     assert compact.INTERMEDIATE_TOOLS == ("cache_read", "cache_write")
+
+
+def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up():
+    """Issue 20: a latest turn that alone breaks the window (a long assistant text, a huge output)
+    is cut with a note, archived first, instead of ending in ContextOverflowError."""
+    from conftest import load_trajectories
+    overflows = []
+    for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl")):
+        ladder = Compactor(context_window=16_000, reserved_output=4_000, summarize=compact.summarize_structured)
+        history = []
+        for m in conversation:
+            if m["role"] == "assistant" and history:
+                try:
+                    history = list(ladder.compact(history))
+                except compact.ContextOverflowError as error:
+                    overflows.append(f"run {n}: {error}")
+                    break
+            history.append(m)
+    assert overflows == []
