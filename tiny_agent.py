@@ -991,10 +991,23 @@ def read_line(prompt: str) -> str | None:
         pass
     tolerant_stdin()
     try:
-        return safe_text(input(prompt))
+        lines = [input(prompt)]
     except EOFError:
         print()
         return None
+    while pasting():  # the other lines of a paste are already waiting: they belong to this question
+        try:
+            lines.append(input(""))
+        except EOFError:
+            break
+    return safe_text("\n".join(lines))
+
+
+def pasting(wait: float = 0.05) -> bool:
+    """True when more typed input is already waiting on the terminal, as the lines after the first
+    of a paste are; a person typing the next question is never that fast."""
+    import select
+    return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], wait)[0])
 
 
 def repl(session: Session, config: Config, model: Callable, ws: Workspace, folder: Path | None = None,
@@ -1379,7 +1392,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
         if saved:
             resume_session(session, saved)
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
-        repl(session, config, DemoModel(window=config.context_window), ws, records)
+        repl(session, replace(config, model="the offline demo model"), DemoModel(window=config.context_window), ws, records)
     return 0
 
 
