@@ -127,6 +127,20 @@ def test_a_50_kb_pasted_line_arrives_whole(server, terminal):
     quit_cleanly(t)
 
 
+def test_a_pasted_log_of_many_lines_is_one_question(server, terminal):
+    """The lines of a paste after the first are already waiting when the first arrives: they join
+    it, so a 700-line log is one question, not 700 (seen in tmux before this was built)."""
+    lines = [f"01:{i // 60:02d}:{i % 60:02d} worker-{i % 7} processed batch {i}" for i in range(700)]
+    script = Script(server, [chat_response("ONE-QUESTION"), chat_response("NEXT-ANSWER")])
+    t = terminal(script)
+    t.at_prompt()
+    paste(t, ("\r".join(lines) + "\r").encode())
+    t.expect("agent> ONE-QUESTION")
+    assert messages_of(script.turns[0])[-1] == {"role": "user", "content": "\n".join(lines)}
+    assert "agent> NEXT-ANSWER" in t.ask("next question")
+    quit_cleanly(t)
+
+
 # --- The [y/N] question, Ctrl-C while compacting ---------------------------------------------
 
 
