@@ -720,7 +720,7 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
     def fit(messages, focus=None, level=0, usage=None):
         window = min(config.context_window, said.get("window", config.context_window))
         messages = fit_user_message(messages, user_room(window, config.reserved_output), archive)
-        if level > HARDEST:
+        if level > HARDEST or (level > 1 and made.name == "none"):  # none never compacts, nor cuts
             raise ContextOverflowError(
                 f"the request still does not fit the server's window after compacting it as far as it goes "
                 f"(~{request_tokens(messages, usage):,} tokens, {made.name}); raise the server's context size "

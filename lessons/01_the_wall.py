@@ -85,7 +85,7 @@ def main() -> None:
                           "code": "context_length_exceeded"}}
         print(textwrap.indent(json.dumps(body, indent=2), "        "))
         print("[stop] before each retry ask() asks the compaction for one level harder (1, 2, then 3), and it never")
-        print("[stop] re-sends a refused request; strategy none cannot compact, so level 1 raised ContextOverflowError:")
+        print("[stop] re-sends a refused request; strategy none cannot compact, so level 2 raised ContextOverflowError:")
         print(textwrap.fill(str(stopped), 96, initial_indent="    ", subsequent_indent="    "))
         print(f"[stop] request {refused_at} was refused; requests sent after it: {len(sent) - refused_at}")
 

@@ -317,7 +317,7 @@ def test_the_definitions_owe_nothing_to_compact_identifier_but_the_first():
     message = {"role": "assistant", "content": None, "tool_calls": [
         call("c1", "python", code="x = os.path.join(root, name)  # 1.5kg, 300 ms, 2.75")]}
     found = {name: d.items(message) for name, d in benchmark.NEXT_STEP.items()}
-    assert "os.path.join" not in found["identifiers"] and "os.path.join" in found["words"]
+    assert "1.5kg" not in found["identifiers"] and "1.5kg" in found["words"]  # IDENTIFIER cuts it to 5kg
     assert "2.75" not in found["identifiers"] and "2.75" in found["words"]
     assert found["values"] == ["x = os.path.join(root, name)  # 1.5kg, 300 ms, 2.75"]
 

@@ -560,12 +560,14 @@ def test_summarize_offline_keeps_identifiers_most_recent_first():
 
 
 def test_a_rolling_offline_summary_stays_within_its_budget_shrinking_the_oldest_details_first():
-    long = [user(f"Request {i}: " + "please look at the parser again " * 12) for i in range(60)]
-    text = summarize_offline(long)
+    long = [assistant(f"Step {i}: I decided to rewrite the parser because the old one " + "fails on nested input " * 10)
+            for i in range(60)]
+    text = summarize_offline([user("Fix the parser."), *long])
     assert compact.text_tokens(text) <= compact.SUMMARY_TOKENS + 50
-    said = sections(text)["User said"]
-    assert said[-1] == " ".join(long[-1]["content"].split())  # the newest whole
-    assert said[0].endswith("…") and len(said[0]) == compact.DETAIL_CHARS + 1  # the oldest shortened first
+    decided = sections(text)["Decisions"]
+    assert decided[-1].startswith("Step 59:") and not decided[-1].endswith("…")  # the newest whole
+    assert decided[0].endswith("…") and len(decided[0]) == compact.DETAIL_CHARS + 1  # the oldest shortened first
+    assert sections(text)["Task"] == ["Fix the parser."]  # the task never gives way
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
                        '"code": "context_length_exceeded"', "is_context_overflow(error) = True",
                        "[stop] before each retry ask() asks the compaction for one level harder",
-                       "strategy none cannot compact, so level 1 raised ContextOverflowError",
+                       "strategy none cannot compact, so level 2 raised ContextOverflowError",
                        "--strategy none does not", "requests sent after it: 0",
                        "[growth] every request re-sends", "[lesson 01] done:", "refused at ~"],
     "02_sawtooth.py": ["[summary] summaries by: the lesson's stand-in (no model configured",

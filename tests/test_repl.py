@@ -382,9 +382,9 @@ def test_an_empty_line_does_nothing_and_exit_quits(server, terminal):
     t = terminal(script)
     t.at_prompt()
     start = t.mark
-    t.send("")
-    t.send("   ")
+    t.send("")  # each after its prompt, as a person types (lines sent at once are one paste)
     t.expect("you> ")
+    t.send("   ")
     t.expect("you> ")
     assert script.turns == [] and "agent>" not in t.since(start)
     quit_cleanly(t)

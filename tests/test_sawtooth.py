@@ -341,7 +341,7 @@ WORK = [
     ("Task", WORK[1]["content"]),
     ("User said", "Use the new class name, Gadget."),
     ("Decisions", "The class was renamed to Gadget, so I will use the new name."),
-    ("Identifiers", "src/app.py"),
+    ("Identifiers", "src.widgets"),  # src/app.py is shown whole by the calls' arguments, so not listed twice
     ("Errors seen", "E   ImportError: cannot import name 'Widget' from 'src.widgets'"),
     ("Progress", "All tests pass now: the import uses Gadget."),
     ("Focus", "the Gadget rename"),
