@@ -518,7 +518,8 @@ ACK = {"role": "assistant", "content": "Understood. I have the summary of the ea
 
 # Sentences a user writes to limit what the agent may do, in English and Chinese.
 # A sentence that constrains: it starts with an imperative, or one follows a colon ("Only change src/",
-# "Note: never add ...", "Please don't ..."), says what must or must not be, or uses a Chinese imperative. A bug report's "it never
+# "Note: never add ...", "Please don't ..."), says what must or must not be, or uses a Chinese
+# imperative. A bug report's "it never
 # returns" or "only fails on Windows" describes and is not pinned.
 CONSTRAINT = re.compile(
     r"(?:^|[:;]\s)\W*(?:please\s+)?(?:do not|don't|never|always|only|avoid|make sure|keep|leave|answer in|reply in"
@@ -1046,7 +1047,8 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     latest = requests[-1] if requests and not any(m is requests[-1] for m in kept[cut:]) else None
 
     def summary_of(middle: list[dict]) -> str:
-        text = replaced_line(middle, state) + "\n" + summarize_safely(summarize or summarize_default, middle, focus, state)
+        text = summarize_safely(summarize or summarize_default, middle, focus, state)
+        text = replaced_line(middle, state) + "\n" + text
         return with_notes(text, "The user's latest request, verbatim:\n" + content_text(latest) if latest else "")
     held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
     base = [m for m in kept if id(m) not in {id(h) for h in held}]
@@ -1226,7 +1228,8 @@ def shorten_value(value, max_chars: int):
         if len(s) <= max_chars:
             return s
         names = list(dict.fromkeys(IDENTIFIER.findall(s[max_chars:])))[:NAMES_KEPT]
-        return s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut" + (f"; names: {', '.join(names)}]" if names else "]")
+        listed = f"; names: {', '.join(names)}" if names else ""
+        return s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut{listed}]"
     return map_strings(value, cut)
 
 
@@ -1259,7 +1262,8 @@ SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Errors seen": 40, "Prog
                   "Relevant to the focus": 5}  # items; the other sections keep all of theirs, within the budget
 LADDER_SUMMARY_TOKENS = 2_400  # the ladder summarizes less often than the sawtooth: its summary may be larger
 LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Calls (arguments verbatim)", "Identifiers", "Files",
-                     "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")  # past the budget these give way first, in this order
+                     "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")  # past the budget
+# these give way first, in this order
 
 
 def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
@@ -1328,7 +1332,8 @@ def _limit_section(title: str, items: list[str]) -> list[str]:
 
 EARLIER = "Earlier, in one line"
 GRADED_KEEP = ("Goal", "User constraints (verbatim)", "User's code (verbatim)", "Decisions", "Files changed", "Files",
-               "Identifiers", "Calls (arguments verbatim)", "Errors seen", "Tools run")  # what stays structured however old it is
+               "Identifiers", "Calls (arguments verbatim)", "Errors seen", "Tools run")  # what stays structured,
+# however old it is
 EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest parts go
 
 
@@ -2061,7 +2066,8 @@ def summarize_tool_output(call: dict, output: str, max_tokens: int = 2_000, *, c
         response = (client or make_client()).chat.completions.create(
             model=os.environ.get("SUMMARY_MODEL") or SUMMARY_MODEL, temperature=0.1,
             messages=[{"role": "system", "content": TOOL_OUTPUT_PROMPT},
-                      {"role": "user", "content": f"Output of {describe_call(call)}:\n{snip_text(output, 2_000, 60_000)}"}])
+                      {"role": "user",
+                       "content": f"Output of {describe_call(call)}:\n{snip_text(output, 2_000, 60_000)}"}])
         text = check_summary(response.choices[0].message.content, max_tokens)
     except (openai.OpenAIError, SummaryFailure):
         return snip_text(output, max_chars=max_tokens * 3)

@@ -145,7 +145,8 @@ def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> 
 def nothing_to_compact(messages: list[dict]) -> str:
     """Why a forced compaction changed nothing, in words."""
     n = len(messages) - (1 if messages and messages[0].get("role") == "system" else 0)
-    return f"the history is {n} message{'s' * (n != 1)} after the system prompt, and the newest turn is always kept whole"
+    return (f"the history is {n} message{'s' * (n != 1)} after the system prompt, and the newest turn is always "
+            "kept whole")
 
 
 INTERRUPTED = "[interrupted by the user before this call finished]"
@@ -359,7 +360,8 @@ def bash(ws: Workspace, command: str) -> str:
     output."""
     if "\0" in command:
         raise ValueError("embedded null byte")
-    if any(str(p.parent) in command for p in ws.protected) or re.search(r"\.local/state/tiny-agent|XDG_STATE_HOME", command):
+    named = any(str(p.parent) in command for p in ws.protected)
+    if named or re.search(r"\.local/state/tiny-agent|XDG_STATE_HOME", command):
         raise ToolError("the agent's own records (its session and archive) cannot be touched by a command")
     why = destructive(command)
     if why and not ws.approve(f"[tool] {printable(command, 200)} ({why}): run it?"):
@@ -559,7 +561,8 @@ def one_call_at_a_time(messages: list[dict]) -> list[dict]:
             j += 1
         results = list(messages[i + 1:j])
         for k, call in enumerate(calls):
-            first = {**m, "tool_calls": [call]} if k == 0 else {"role": "assistant", "content": "", "tool_calls": [call]}
+            first = {**m, "tool_calls": [call]} if k == 0 else {"role": "assistant", "content": "",
+                                                                 "tool_calls": [call]}
             answer = next((r for r in results if r.get("tool_call_id") == call.get("id")), None)
             out += [first] + ([results.pop(results.index(answer))] if answer is not None else [])
         out += results  # results that answer no call of this message stay, for the server to judge
@@ -754,7 +757,8 @@ def user_room(window: int, reserved: int) -> int:
     return max(100, (window - reserved - SCHEMA_TOKENS - estimate_tokens(SYSTEM_PROMPT)) // 2)
 
 
-CUT_MARK = "[… {n:,} characters of this message were cut to fit the window; the whole message is archived (recall #{k}) …]"
+CUT_MARK = ("[… {n:,} characters of this message were cut to fit the window; the whole message is archived "
+            "(recall #{k}) …]")
 
 
 def fit_user_message(messages: list[dict], room: int, archive: Archive | None) -> list[dict]:
@@ -1139,7 +1143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--preset", dest="strategy", choices=list(STRATEGIES), metavar="NAME",
                    help="the same as --strategy, for a design document's preset (evo-agent, five-layer, ...)")
     p.add_argument("--demo", action="store_true", help="run the offline demo model, even if a model is configured")
-    p.add_argument("--repl", action="store_true", help="with --demo: a REPL driven by the demo model, on a temporary copy")
+    p.add_argument("--repl", action="store_true",
+                   help="with --demo: a REPL driven by the demo model, on a temporary copy")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
     p.add_argument("--yes", action="store_true", help="run commands that could destroy files without asking")
     p.add_argument("--resume", action="store_true", help="continue the session saved for this workspace")
@@ -1226,7 +1231,8 @@ def diagnose(error: Exception, config: Config) -> str:
     if isinstance(error, openai.APIStatusError):
         return f"the server answered HTTP {error.status_code}: {first_line(error, 200)}"
     if isinstance(error, (openai.APIResponseValidationError, ServerReplyError)):
-        hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({where.rstrip('/')}/v1)"
+        hint = ("" if where.rstrip("/").endswith("/v1") else
+                f"; OPENAI_BASE_URL usually ends in /v1 ({where.rstrip('/')}/v1)")
         return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}{hint}"
     return first_line(error, 300)
 
@@ -1305,10 +1311,12 @@ class DemoModel:
         if self.stage == "read":
             self.stage = "check"
             return self.call("All files read. Decision: write REPORT.md because a file survives "
-                             "compaction.", ("write", "", "write_file", {"path": "REPORT.md", "content": self.report()}))
+                             "compaction.",
+                             ("write", "", "write_file", {"path": "REPORT.md", "content": self.report()}))
         if self.stage == "check":
             self.stage = "done"
-            return self.call("Next step: read REPORT.md back to check it.", ("check", "", "read_file", {"path": "REPORT.md"}))
+            return self.call("Next step: read REPORT.md back to check it.",
+                             ("check", "", "read_file", {"path": "REPORT.md"}))
         biggest = max(self.notes, key=lambda p: self.notes[p].get("lines", 0), default="nothing")
         return {"role": "assistant", "content": f"[demo model] Surveyed {len(self.notes)} Python files, "
                 f"{sum(n.get('lines', 0) for n in self.notes.values()):,} lines in all; the largest is "
@@ -1392,7 +1400,8 @@ def demo(args: argparse.Namespace, config: Config) -> int:
         if saved:
             resume_session(session, saved)
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
-        repl(session, replace(config, model="the offline demo model"), DemoModel(window=config.context_window), ws, records)
+        shown = replace(config, model="the offline demo model")
+        repl(session, shown, DemoModel(window=config.context_window), ws, records)
     return 0
 
 
@@ -1472,7 +1481,8 @@ def ladder_compaction(config: Config, summarize: Callable, archive: Archive | No
         head = estimate_tokens(messages[:system_head(messages)]) - 3
         trigger = int(start * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
         guard = "\n" + compactor.stats() if compactor.guard.failed_at else ""  # its failures and warning
-        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compaction_stats(compactor.state) + guard
+        pins = estimate_tokens(pins_text(compactor.state.pinned, 10**9))
+        return trigger, pins, compaction_stats(compactor.state) + guard
     admit = compactor.admit_tool_result if compactor.policy == "zones" else (lambda call, output: output)
     return Compaction(config.strategy, fit, admit=admit, state=compactor.state, archive=archive, meter=meter)
 
