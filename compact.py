@@ -110,9 +110,10 @@ import math  # noqa: E402  each part's imports stand at its start, so Part I rea
 import re  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Callable  # noqa: E402
+from typing import Callable, Iterable  # noqa: E402
 
 
 
@@ -398,49 +399,50 @@ IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:
                         r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
                         r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
 IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
-SUMMARY_TOKENS = 1_200  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
+SUMMARY_TOKENS = 1_000  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
 
 
-def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS)) -> list[str]:
-    """Every distinct identifier in the texts, the most recently mentioned first, while they fit in
-    `budget` tokens: a rule a reader can state, not a count fitted to one measure (lesson 04)."""
+def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[str]:
+    """The distinct `items` (given newest first) while their tokens, `overhead` each, fit in `budget`:
+    the rule every list of a summary follows, not a count fitted to one measure (lesson 04)."""
     found: dict[str, None] = {}
     used = 0
-    for text in reversed(texts):
-        for word in reversed(IDENTIFIER.findall(text)):
-            word = word.rstrip(".")
-            if word not in found:
-                used += text_tokens(word) + 1
-                if used > budget:
-                    return list(found)
-                found[word] = None
+    for item in items:
+        if item not in found:
+            used += text_tokens(item) + overhead
+            if used > budget:
+                break
+            found[item] = None
     return list(found)
 
 
-# A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
+def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS)) -> list[str]:
+    """Every distinct identifier in the texts, the most recently mentioned first, within `budget`."""
+    return newest_within((word.rstrip(".") for text in reversed(texts) for word in reversed(IDENTIFIER.findall(text))),
+                         budget)
+
+
 CALL_SHARE = 0.25  # the argument values of the calls, newest first, may take this share of a summary's budget
 CALL_VALUE_CHARS = 300  # longer values (a file's whole text) are left to the archive
 
 
 def call_values(messages: list[dict], budget: int = int(CALL_SHARE * SUMMARY_TOKENS)) -> list[str]:
-    """The argument values of the calls, whole (a command, a path, a query), distinct, the newest
-    first, while they fit in `budget` tokens: what an agent most often runs again (lesson 04)."""
-    found: dict[str, None] = {}
-    used = 0
-    for m in reversed(messages):
-        for call in reversed(m.get("tool_calls") or []):
-            try:
-                args = json.loads((call.get("function") or {}).get("arguments") or "{}")
-            except json.JSONDecodeError:
-                continue
-            for value in reversed(list(args.values()) if isinstance(args, dict) else []):
-                text = " ".join(str(value).split())
-                if 3 <= len(text) <= CALL_VALUE_CHARS and text not in found and not isinstance(value, (dict, list)):
-                    used += text_tokens(text) + 2
-                    if used > budget:
-                        return list(found)
-                    found[text] = None
-    return list(found)
+    """The argument values of the calls, whole (a command, a path, a query), within `budget`: those
+    passed more than once first (what an agent runs again), then the rest, each the newest first (lesson 04)."""
+    def values():
+        for m in reversed(messages):
+            for call in reversed(m.get("tool_calls") or []):
+                try:
+                    args = json.loads((call.get("function") or {}).get("arguments") or "{}")
+                except json.JSONDecodeError:
+                    continue
+                for value in reversed(list(args.values()) if isinstance(args, dict) else []):
+                    text = " ".join(str(value).split())
+                    if 3 <= len(text) <= CALL_VALUE_CHARS and not isinstance(value, (dict, list)):
+                        yield text
+    newest = list(values())
+    again = [v for v, n in Counter(newest).items() if n > 1]
+    return newest_within(again + newest, budget, overhead=2)
 
 
 CODE = re.compile(r"```[\w-]*\n(.*?)```|`([^`\n]{3,})`", re.S)  # a fenced block's lines, or `inline code`
@@ -454,6 +456,7 @@ def user_code(messages: list[dict]) -> list[str]:
     return list(dict.fromkeys(x for x in lines if 3 <= len(x) <= CALL_VALUE_CHARS))
 
 
+# A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
 DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
                       r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
 
@@ -465,10 +468,14 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
 
 
+# What varies between two reports of one failure: quoted text, paths and file names, snake_case names, numbers.
+_VARIES = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|(?:[\w.-]+/)+[\w.-]+|\b[a-z]+_\w+|\d+|" + PATH.pattern)
+
+
 def error_kind(line: str) -> str:
-    """An error line with its numbers blanked: one line per kind of error is kept, so a failure
-    repeated fifty times (at another line number each time) does not push a rare one out."""
-    return re.sub(r"\d+", "#", line)
+    """An error line with what varies blanked: one line per kind of error is kept, so a test failing
+    fifty times (another test, another line number each time) does not push a rare error out."""
+    return _VARIES.sub("…", line)
 
 
 # --- The summary message, in full (lesson 04) ------------------------------------------------
@@ -479,7 +486,8 @@ def error_kind(line: str) -> str:
 EXTRA_RULE = "\n\n---\n"  # separates the summary from what the compactor adds below it
 
 
-GENERATED = (SUMMARY_TAG, "[evicted]", "[system note]")  # user-role messages the user never wrote
+EVICTED = "[evicted]"  # how an eviction note starts (lesson 12)
+GENERATED = (SUMMARY_TAG, EVICTED, "[system note]")  # user-role messages the user never wrote
 
 
 def is_summary(message: dict) -> bool:
@@ -562,6 +570,15 @@ def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
     return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
 
 
+def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
+    """Each file once, the ones in `known` left out: a diff's a/ and b/ prefixes dropped, and a bare
+    name left out when a longer path ends with it ("routes.py" beside "src/app/routes.py")."""
+    clean = list(dict.fromkeys(re.sub(r"^[ab]/(?=[\w.-]+/)", "", p) for p in paths))
+    covered = set(known) | {"/".join(parts[i:]) for q in [*clean, *known] for parts in [q.split("/")]
+                            for i in range(1, len(parts))}
+    return [p for p in clean if p not in covered]
+
+
 # --- The offline summarizer (lesson 04) ------------------------------------------------------
 # Without it: with no model configured, or with the model down, there is no summary at all.
 
@@ -584,50 +601,64 @@ OFFLINE_SECTIONS = ("Task", "User constraints (verbatim)", "User's code (verbati
                     "Files changed", "Files read", "Files in outputs",
                     "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Progress", "Focus")
 # Past the budget these give way first, the first named first; the task and the user's rules never do.
-EXPENDABLE = ("Progress", "Files in outputs", "User said", "Calls (arguments verbatim)", "Identifiers", "Files read",
-              "Decisions",
-              "Errors seen", "User's code (verbatim)", "Files changed")
+EXPENDABLE = ("Progress", "User said", "Identifiers", "Files in outputs", "Calls (arguments verbatim)", "Files read",
+              "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")
 DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
 USER_SAID = 8  # the user's latest messages an offline summary quotes (600 characters each); rules are pinned apart
+# Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
+# share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
+SHARES = {"Identifiers": IDENTIFIER_SHARE, "Calls (arguments verbatim)": CALL_SHARE, "Files in outputs": 0.10,
+          "User's code (verbatim)": 0.10}
 
 
-def summarize_offline(messages: list[dict], focus: str | None = None, budget: int = SUMMARY_TOKENS) -> str:
-    """Extractive summary, no model: the task, the user's rules and words, decisions, the files
-    changed and read, the errors and identifiers the next steps may use, the latest progress. An
-    earlier summary is carried forward, so a rolling summary does not decay (lesson 04)."""
-    old = {t: x for m in messages if is_summary(m) for t, x in parse_summary(summary_body(m)).items()}
-    plain = [m for m in messages if not is_generated(m)]
+def offline_items(plain: list[dict], focus: str | None, budget: int) -> dict[str, list[str]]:
+    """What the messages hold for each section of the offline summary, the oldest first (lesson 04)."""
     said = [" ".join(content_text(m).split())[:600] for m in user_requests(plain)]  # whole in the archive
     read, changed = files_touched(plain)
     texts = [content_text(m) + " " + " ".join((c.get("function") or {}).get("arguments") or "" for c in
                                               m.get("tool_calls") or []) for m in plain]
-    errors = [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)]
-    new = {"Task": said[:1], "User constraints (verbatim)": find_constraints(plain),
-           "User's code (verbatim)": user_code(plain), "User said": said[1:],
-           "Decisions": [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
-                         if DECISION.search(s)],
-           "Files changed": changed, "Files read": read, "Errors seen": errors,
-           "Files in outputs": [p for m in plain if m.get("role") == "tool" for p in PATH.findall(content_text(m))],
-           "Identifiers": identifiers(texts) + [x for line in old.get("Identifiers", []) for x in line.split(", ")],
-           "Calls (arguments verbatim)": call_values(plain),
-           "Progress": [" ".join(content_text(m).split())[:300] for m in plain if m["role"] == "assistant"
-                        and content_text(m)], "Focus": [focus] if focus else []}
-    sections = {title: list(dict.fromkeys(old.get(title, []) + new[title])) for title in OFFLINE_SECTIONS}
+    outputs = [content_text(m) for m in plain if m.get("role") == "tool"]
+    return {"Task": said[:1], "User constraints (verbatim)": find_constraints(plain),
+            "User's code (verbatim)": user_code(plain), "User said": said[1:],
+            "Decisions": [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
+                          if DECISION.search(s)],
+            "Files changed": changed, "Files read": read,
+            "Files in outputs": [p for text in outputs for p in PATH.findall(text)],
+            "Errors seen": [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)],
+            "Identifiers": identifiers(texts, int(IDENTIFIER_SHARE * budget))[::-1],
+            "Calls (arguments verbatim)": call_values(plain, int(CALL_SHARE * budget))[::-1],
+            "Progress": [" ".join(content_text(m).split())[:300] for m in plain if m["role"] == "assistant"
+                         and content_text(m)], "Focus": [focus] if focus else []}
+
+
+def summarize_offline(messages: list[dict], focus: str | None = None, budget: int = SUMMARY_TOKENS) -> str:
+    """Extractive summary, no model: the task, the user's rules and words, decisions, the files
+    changed, read and named, the errors and identifiers the next steps may use, the latest progress.
+    An earlier summary is carried forward, so a rolling summary does not decay (lesson 04)."""
+    old = {t: x for m in messages if is_summary(m) for t, x in parse_summary(summary_body(m)).items()}
+    old["Identifiers"] = [x for line in old.get("Identifiers", []) for x in line.split(", ")]
+    for title in ("Identifiers", "Calls (arguments verbatim)"):  # shown the newest first
+        old[title] = old.get(title, [])[::-1]
+    new = offline_items([m for m in messages if not is_generated(m)], focus, budget)
+    sections = {title: old.get(title, []) + new[title] for title in OFFLINE_SECTIONS}
+    sections = {title: items if title in SHARES else list(dict.fromkeys(items)) for title, items in sections.items()}
     sections["Task"] = sections["Task"][:1]  # an earlier summary already holds the task
-    sections["Identifiers"] = list(dict.fromkeys(new["Identifiers"]))[::-1]  # oldest first, like the rest
-    calls = new["Calls (arguments verbatim)"] + old.get("Calls (arguments verbatim)", [])
-    sections["Calls (arguments verbatim)"] = list(dict.fromkeys(calls))[::-1]
-    quoted = "\n".join(calls)  # an identifier a call already shows whole is not listed twice
-    sections["Identifiers"] = [x for x in sections["Identifiers"] if x not in quoted]
     sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
-    sections["Files in outputs"] = [p for p in sections["Files in outputs"]
-                                    if p not in sections["Files changed"] + sections["Files read"]]
+    sections["Files in outputs"] = distinct_paths(sections["Files in outputs"],
+                                                  sections["Files changed"] + sections["Files read"])
+    for title, share in SHARES.items():  # an identifier costs its comma, an item its "- " line
+        sections[title] = newest_within(reversed(sections[title]), int(share * budget),
+                                        overhead=1 if title == "Identifiers" else 2)[::-1]
+    listed = {p for t in ("Files changed", "Files read", "Files in outputs") for p in sections[t]}
+    quoted = "\n".join(sections["Calls (arguments verbatim)"])  # what a call or a file list shows is not repeated
+    sections["Identifiers"] = [x for x in sections["Identifiers"] if x not in quoted and x not in listed]
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())  # a kind once,
     sections["Progress"], sections["Focus"] = sections["Progress"][-3:], sections["Focus"][-1:]  # its newest wording
     sections["User said"] = sections["User said"][-USER_SAID:]  # the rest is in the archive, and its rules are pinned
     sections = fit_summary(sections, budget)
-    sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
-    sections["Calls (arguments verbatim)"] = sections["Calls (arguments verbatim)"][::-1]  # the newest first
+    for title in ("Identifiers", "Calls (arguments verbatim)"):
+        sections[title] = sections[title][::-1]
+    sections["Identifiers"] = [", ".join(sections["Identifiers"])] if sections["Identifiers"] else []
     return render_summary(sections)
 
 
@@ -1081,7 +1112,6 @@ def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, s
 
 import functools  # noqa: E402
 import threading  # noqa: E402
-from collections import Counter  # noqa: E402
 
 # --- Measuring (lesson 03) -------------------------------------------------------------------
 
@@ -1285,7 +1315,7 @@ def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list
         "Decisions": [s[:300] for text in said for s in sentences(text) if DECISION.search(s)],
         "Files changed": changed,
         "Files": [f"{p} (read)" for p in read if p not in changed]
-                 + [f"{p} (in output)" for p in dict.fromkeys(seen) if p not in read + changed],
+                 + [f"{p} (in output)" for p in distinct_paths(seen, read + changed)],
         "Identifiers": identifiers(texts, int(IDENTIFIER_SHARE * LADDER_SUMMARY_TOKENS)),
         "Calls (arguments verbatim)": call_values(plain, int(CALL_SHARE * LADDER_SUMMARY_TOKENS)),
         "User's code (verbatim)": user_code(plain),
@@ -1354,7 +1384,7 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
     older progress into one line (lesson 10)."""
     merged: dict[str, list[str]] = {}
     for m in messages:
-        if is_summary(m):
+        if is_summary(m) or content_text(m).startswith(EVICTED):  # a note says what it evicted the same way
             sections = parse_summary(summary_body(m))
             for title, items in (grade(sections) if graded else sections).items():
                 # the extractive summarizer cannot check an unverified claim, so it does not repeat it
@@ -1364,10 +1394,11 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
         old = merged.get(title, [])
         if title == "Tools run":
             merged[title] = _merge_tool_counts(old, items)
-        elif title == "Identifiers":  # the newest first, then the earlier summary's
-            merged[title] = items + [x for line in old for x in line.split(", ")]
+        elif title == "Identifiers":  # the newest first, then the earlier summary's, within the share
+            merged[title] = newest_within(items + [x for line in old for x in line.split(", ")],
+                                          int(IDENTIFIER_SHARE * LADDER_SUMMARY_TOKENS))
         elif title == "Calls (arguments verbatim)":
-            merged[title] = items + old
+            merged[title] = newest_within(items + old, int(CALL_SHARE * LADDER_SUMMARY_TOKENS), overhead=2)
         else:
             merged[title] = old + [x for x in items if x not in old]
     sections = {title: _limit_section(title, merged.get(title, [])) for title in SECTIONS}
@@ -1514,17 +1545,22 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
     return out + messages[tail_start:]
 
 
+NOTE_SECTIONS = ("Files changed", "Files", "Decisions", "Errors seen")  # what an eviction note keeps
+
+
 def eviction_note(gone: list[dict]) -> dict:
-    """One line for what was evicted and the files it touched, then its first and last error lines,
-    as masking keeps them (lesson 12)."""
+    """One line for what was evicted, then what a summary would keep of it, as sections the next
+    summary merges: files changed, read and named, decisions, one error line per kind, and what an
+    earlier note in `gone` carried, so a note of notes does not decay (lesson 12)."""
     calls = [describe_call(c, 40) for m in gone for c in m.get("tool_calls") or []]
     what = ", ".join(calls[:4]) + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
-    errors = error_lines("\n".join(content_text(m) for m in gone if m.get("role") == "tool"))
-    read, changed = files_touched(gone)
-    files = f"; files changed: {', '.join(changed)}" * bool(changed) + f"; files read: {', '.join(read)}" * bool(read)
-    line = (f"[evicted] {len(gone)} messages{': ' + what if what else ''}{files}; "
+    new = _summary_sections(gone, None)
+    carried = [parse_summary(content_text(m)) for m in gone if content_text(m).startswith(EVICTED)]
+    sections = {t: list(dict.fromkeys([x for old in carried for x in old.get(t, [])] + new[t])) for t in NOTE_SECTIONS}
+    sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())
+    line = (f"{EVICTED} {len(gone)} messages{': ' + what if what else ''}; "
             "the archive holds them (use the recall tool)")
-    return {"role": "user", "content": "\n".join([line, *errors])}
+    return {"role": "user", "content": "\n".join(filter(None, [line, render_summary(sections)]))}
 
 
 # --- The guard: a summarizer that fails never costs history (lesson 13) ----------------------
@@ -1957,10 +1993,13 @@ class Compactor:
         turn = held + turn  # what precise tools returned is never cut: if it cannot fit, compact raises
         gone = [m for m in messages[len(system):] if not any(m is t for t in turn)]
         self.archive_messages(gone, run)
-        # new turns leave and no summary ran yet in this compaction: one summarizer call at most
-        if not run.summarized and any(not is_generated(m) and m is not ACK for m in gone):
+        fresh = [m for m in gone if not is_generated(m) and m is not ACK]
+        if fresh and not run.summarized:  # one summarizer call at most in a compaction
             self.state.summary = self.guard(gone, focus=run.focus)
             run.summarized = True
+        elif fresh:  # after it, the extractive summary folds in what leaves now, with no model call
+            offline = getattr(self.guard, "offline", None) or summarize_structured
+            self.state.summary = offline([summary_message(self.state.summary), *fresh], run.focus)
         self.remember(gone)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
         cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),

@@ -28,9 +28,10 @@ Try it: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) and re-run to
 summary with the offline one; set WINDOW to 3_000 for more pieces; change SEED for another conversation.
 Explains compact.py Part II ("The summarizer that reads in pieces"): transcript_lines,
 transcript_chunks, summary_request, SECTIONS_PROMPT, summary_window, summarize_with_model,
-backfill, summarize_default; ("The offline summarizer"): summarize_offline; ("The summary message, in
-full"): with_notes, ACK; ("The sawtooth as the agent runs it"): sawtooth, summarize_safely,
-replaced_line; Part I ("The tutorial's sawtooth"): SUMMARY_PROMPT, summary_message.
+backfill, summarize_default; ("What a summary must keep"): newest_within, error_kind; ("The
+offline summarizer"): summarize_offline, offline_items, SHARES; ("The summary message, in full"):
+with_notes, ACK; ("The sawtooth as the agent runs it"): sawtooth, summarize_safely, replaced_line;
+Part I ("The tutorial's sawtooth"): SUMMARY_PROMPT, summary_message.
 Run: python lessons/04_summarizer.py
 """
 

@@ -685,7 +685,8 @@ def test_eviction_drops_whole_low_importance_groups_and_leaves_a_note():
     kept_calls = {m["tool_calls"][0]["id"] for m in out if m.get("tool_calls")}
     assert kept_ids == kept_calls  # a call never loses its result, nor a result its call
     notes = [m["content"] for m in out if m["content"] and m["content"].startswith("[evicted]")]
-    assert notes and all("\n" not in n and "read_file(" in n for n in notes)
+    # one line for what went, then what a summary would keep of it: here the files it read
+    assert notes and all("read_file(" in n.split("\n")[0] and "## Files\n- src/mod" in n for n in notes)
     assert "c0" not in kept_ids  # the oldest routine read goes first
 
 

@@ -166,3 +166,86 @@ def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up():
                     break
             history.append(m)
     assert overflows == []
+
+
+# --- Rolling summaries that do not decay (issue 20.2) ----------------------------------------
+
+
+def test_a_test_failing_under_other_names_is_one_kind_of_error_and_a_rare_error_stays():
+    failures = [f"FAILED tests/test_{t}.py::test_case_{i} - assert {i} == {i + 1}" for t in ("cart", "api")
+                for i in range(30)]
+    assert compact.error_kind(failures[0]) == compact.error_kind(failures[-1])
+    assert compact.error_kind("KeyError: 'total'") != compact.error_kind("ValueError: 'total'")
+    messages = [{"role": "user", "content": "Fix the cart."},
+                {"role": "assistant", "content": "", "tool_calls": [call("t1", "bash", command="pytest")]},
+                {"role": "tool", "tool_call_id": "t1",
+                 "content": "\n".join(["ModuleNotFoundError: No module named 'shop_ext_4711'", *failures])}]
+    errors = compact.parse_summary(compact.summarize_offline(messages))["Errors seen"]
+    assert errors[0] == "ModuleNotFoundError: No module named 'shop_ext_4711'"
+    assert sum(e.startswith("FAILED") for e in errors) == 1  # the newest wording of the kind
+
+
+def noisy_turns(start: int, n: int) -> list[dict]:
+    """Turns whose outputs name many new identifiers each, enough to fill any summary."""
+    out = []
+    for i in range(start, start + n):
+        out += [{"role": "assistant", "content": f"Step {i}.", "tool_calls": [call(f"n{i}", "bash", command=f"run {i}")]},
+                {"role": "tool", "tool_call_id": f"n{i}",
+                 "content": " ".join(f"order_{i}_{k} HAT{i}{k:02d} v{i}.{k}.0" for k in range(25))}]
+    return out
+
+
+def test_a_file_named_only_in_a_listing_outlives_every_rolling_summary():
+    listing = "src/app/routes.py\nvendor/tzshim/offsets.py\nsrc/app/db.py"
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               {"role": "assistant", "content": "", "tool_calls": [call("f1", "bash", command="find src vendor")]},
+               {"role": "tool", "tool_call_id": "f1", "content": listing}]
+    for start in range(0, 200, 10):  # ten turns at a time, the sawtooth rolling over its own summary
+        history = sawtooth(history + noisy_turns(start, 10), compact.summarize_offline)
+    text = "\n".join(compact.content_text(m) for m in history)
+    assert text.count("[Context summary]") == 1 and "vendor/tzshim/offsets.py" in text
+
+
+def test_a_command_run_again_is_kept_before_newer_ones_run_once():
+    messages = [{"role": "assistant", "content": "", "tool_calls": [call(f"a{i}", "bash", command="python repro.py")]}
+                for i in range(3)]
+    messages += [{"role": "assistant", "content": "", "tool_calls": [call(f"b{i}", "bash", command=f"grep -n case_{i} .")]}
+                 for i in range(60)]
+    kept = compact.call_values(messages, budget=60)
+    assert "python repro.py" in kept and "grep -n case_59 ." in kept and "grep -n case_0 ." not in kept
+
+
+def test_an_eviction_note_keeps_what_a_summary_would_and_a_note_of_notes_carries_it():
+    gone = [{"role": "assistant", "content": "Decision: use sqlite for the session store because it is local.",
+             "tool_calls": [call("f1", "bash", command="find src vendor")]},
+            {"role": "tool", "tool_call_id": "f1", "content": "vendor/tzshim/offsets.py\nKeyError: 'refund_days'"}]
+    note = compact.eviction_note(gone)
+    later = compact.eviction_note([note, *noisy_turns(0, 2)])
+    for text in (compact.content_text(note), compact.content_text(later)):
+        assert "Decision: use sqlite for the session store because it is local." in text
+        assert "vendor/tzshim/offsets.py (in output)" in text and "KeyError: 'refund_days'" in text
+    assert compact.content_text(later).startswith("[evicted] 5 messages: bash(run 0), bash(run 1);")
+    merged = compact.summarize_structured([later])  # the next summary merges a note like a summary
+    assert "Decision: use sqlite" in merged and "vendor/tzshim/offsets.py" in merged
+
+
+def test_what_the_last_resort_drops_after_the_summary_is_folded_into_it():
+    """The summary ran once in this compaction; the turn the last resort then drops is folded in by
+    the extractive summary, with no second model call."""
+    calls = []
+
+    def model(messages, focus=None):
+        calls.append(len(messages))
+        return compact.summarize_structured(messages, focus)
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               *noisy_turns(0, 12),
+               {"role": "assistant", "content": "Decision: compare expiry in UTC because CI runs in UTC.",
+                "tool_calls": [call("f1", "bash", command="find src vendor")]},
+               {"role": "tool", "tool_call_id": "f1", "content": "vendor/tzshim/offsets.py"},
+               {"role": "assistant", "content": "", "tool_calls": [call("h1", "bash", command="cat big.log")]},
+               {"role": "tool", "tool_call_id": "h1", "content": "log line\n" * 3_000}]
+    ladder = Compactor(context_window=4_000, reserved_output=500, policy="hybrid", keep_recent=4, summarize=model)
+    out = ladder.compact(history, force=True)
+    text = "\n".join(compact.content_text(m) for m in out)
+    assert len(calls) == 1 and [step for step, *_ in ladder.state.report][-1] == "last resort"
+    assert "Decision: compare expiry in UTC because CI runs in UTC." in text and "vendor/tzshim/offsets.py" in text
