@@ -468,8 +468,10 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
 
 
-# What varies between two reports of one failure: quoted text, paths and file names, snake_case names, numbers.
-_VARIES = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|(?:[\w.-]+/)+[\w.-]+|\b[a-z]+_\w+|\d+|" + PATH.pattern)
+# What varies between two reports of one failure: paths and file names, pytest's "::test_name", and numbers
+# not part of a word or a code ("E404", "exit code 137" stay: they tell two errors apart).
+_VARIES = re.compile(r"(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
+                     + PATH.pattern)
 
 
 def error_kind(line: str) -> str:
@@ -571,12 +573,10 @@ def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
 
 
 def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
-    """Each file once, the ones in `known` left out: a diff's a/ and b/ prefixes dropped, and a bare
-    name left out when a longer path ends with it ("routes.py" beside "src/app/routes.py")."""
-    clean = list(dict.fromkeys(re.sub(r"^[ab]/(?=[\w.-]+/)", "", p) for p in paths))
-    covered = set(known) | {"/".join(parts[i:]) for q in [*clean, *known] for parts in [q.split("/")]
-                            for i in range(1, len(parts))}
-    return [p for p in clean if p not in covered]
+    """Each file once, the ones in `known` left out; a diff's "a/x" and "b/x" (both named) are "x"."""
+    both = {p[2:] for p in paths if p.startswith("a/")} & {p[2:] for p in paths if p.startswith("b/")}
+    clean = dict.fromkeys(p[2:] if p[:2] in ("a/", "b/") and p[2:] in both else p for p in paths)
+    return [p for p in clean if p not in set(known)]
 
 
 # --- The offline summarizer (lesson 04) ------------------------------------------------------
@@ -588,7 +588,7 @@ def parse_summary(text: str) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     for block in ("\n" + text).split("\n## ")[1:]:
         title, _, body = block.partition("\n")
-        sections[title.strip()] = [line[2:] for line in body.split("\n") if line.startswith("- ")]
+        sections.setdefault(title.strip(), []).extend(line[2:] for line in body.split("\n") if line.startswith("- "))
     return sections
 
 
@@ -1291,9 +1291,15 @@ SECTIONS = ("Goal", "Earlier, in one line", "User constraints (verbatim)", "User
 SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Errors seen": 40, "Progress": 3, "Next step": 1,
                   "Relevant to the focus": 5}  # items; the other sections keep all of theirs, within the budget
 LADDER_SUMMARY_TOKENS = 2_400  # the ladder summarizes less often than the sawtooth: its summary may be larger
+NOTE_SECTIONS = ("Files", "Errors seen", "Decisions", "Files changed")  # what an eviction note keeps (lesson 12),
+# those first named giving way first when the note is over its budget
 LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Calls (arguments verbatim)", "Identifiers", "Files",
                      "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")  # past the budget
 # these give way first, in this order
+
+
+def is_eviction_note(message: dict) -> bool:
+    return message.get("role") == "user" and content_text(message).startswith(EVICTED)
 
 
 def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
@@ -1384,8 +1390,9 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
     older progress into one line (lesson 10)."""
     merged: dict[str, list[str]] = {}
     for m in messages:
-        if is_summary(m) or content_text(m).startswith(EVICTED):  # a note says what it evicted the same way
+        if is_summary(m) or is_eviction_note(m):  # a note says what it evicted the same way, in fewer sections
             sections = parse_summary(summary_body(m))
+            sections = sections if is_summary(m) else {t: x for t, x in sections.items() if t in NOTE_SECTIONS}
             for title, items in (grade(sections) if graded else sections).items():
                 # the extractive summarizer cannot check an unverified claim, so it does not repeat it
                 kept = [x for x in items if not x.endswith(UNVERIFIED)]
@@ -1545,7 +1552,8 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
     return out + messages[tail_start:]
 
 
-NOTE_SECTIONS = ("Files changed", "Files", "Decisions", "Errors seen")  # what an eviction note keeps
+NOTE_SHARE = 0.25  # what a note adds takes at most this share of what it evicts (at least NOTE_MIN_TOKENS)
+NOTE_MIN_TOKENS = 100
 
 
 def eviction_note(gone: list[dict]) -> dict:
@@ -1555,9 +1563,13 @@ def eviction_note(gone: list[dict]) -> dict:
     calls = [describe_call(c, 40) for m in gone for c in m.get("tool_calls") or []]
     what = ", ".join(calls[:4]) + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
     new = _summary_sections(gone, None)
-    carried = [parse_summary(content_text(m)) for m in gone if content_text(m).startswith(EVICTED)]
+    carried = [parse_summary(content_text(m)) for m in gone if is_eviction_note(m)]
     sections = {t: list(dict.fromkeys([x for old in carried for x in old.get(t, [])] + new[t])) for t in NOTE_SECTIONS}
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())
+    # what earlier notes carried keeps its room; what is new takes a share of the messages it stands for
+    budget = (max(NOTE_MIN_TOKENS, int(NOTE_SHARE * sum(message_tokens(m) for m in gone if not is_eviction_note(m))))
+              + sum(message_tokens(m) for m in gone if is_eviction_note(m)))
+    sections = fit_summary(sections, budget, NOTE_SECTIONS)
     line = (f"{EVICTED} {len(gone)} messages{': ' + what if what else ''}; "
             "the archive holds them (use the recall tool)")
     return {"role": "user", "content": "\n".join(filter(None, [line, render_summary(sections)]))}
@@ -1997,9 +2009,9 @@ class Compactor:
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
             self.state.summary = self.guard(gone, focus=run.focus)
             run.summarized = True
-        elif fresh:  # after it, the extractive summary folds in what leaves now, with no model call
+        elif fresh:  # after it, an extractive summary of what leaves now goes below it, with no model call
             offline = getattr(self.guard, "offline", None) or summarize_structured
-            self.state.summary = offline([summary_message(self.state.summary), *fresh], run.focus)
+            self.state.summary = self.state.summary.rstrip() + "\n\n" + offline(fresh, run.focus)
         self.remember(gone)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
         cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),
