@@ -576,7 +576,8 @@ def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
     """Each file once, the ones in `known` left out; a diff's "a/x" and "b/x" (both named) are "x"."""
     both = {p[2:] for p in paths if p.startswith("a/")} & {p[2:] for p in paths if p.startswith("b/")}
     clean = dict.fromkeys(p[2:] if p[:2] in ("a/", "b/") and p[2:] in both else p for p in paths)
-    return [p for p in clean if p not in set(known)]
+    known = set(known)
+    return [p for p in clean if p not in known]
 
 
 # --- The offline summarizer (lesson 04) ------------------------------------------------------
