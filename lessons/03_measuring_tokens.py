@@ -7,7 +7,7 @@ character is about one token, so chars/4 counts Chinese text at a fraction of it
 lesson 02's rule counts messages: 10 messages can hold one 8,000-token answer.
 
 How it works: text_tokens counts exactly with the o200k tokenizer when `bpe-openai` is
-installed (pip install .[tokens]); otherwise heuristic_tokens splits the text the way a BPE
+installed (pip install -e ".[tokens]"); otherwise heuristic_tokens splits the text the way a BPE
 tokenizer roughly does (words, digit groups, CJK characters, punctuation). Each string is counted
 once and remembered, so a long history is not re-tokenized on every turn. message_tokens adds a
 message's reasoning, its tool calls and the framing every message costs; estimate_tokens sums a
@@ -152,7 +152,7 @@ def main() -> None:
     encoding = exact_encoding()
     show.banner("1. Three ways to count the same text")
     if encoding is None:
-        print("[tokens] bpe-openai is not installed (pip install .[tokens]): no exact count, heuristic only")
+        print('[tokens] bpe-openai is not installed (pip install -e ".[tokens]"): no exact count, heuristic only')
     rows = [(name, len(text), len(encoding.encode(text, disallowed_special=())) if encoding else None,
              round(len(text) / 4), heuristic_tokens(text)) for name, text in SAMPLES.items()]
     print(f"  {'sample':<14} {'chars':>6} {'exact':>6} {'len/4':>13} {'heuristic':>13}")

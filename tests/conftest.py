@@ -163,15 +163,48 @@ def fake_openai(httpserver, monkeypatch, chat_templates_accept_every_request):
     return start
 
 
-def load_trajectories(name: str) -> list[list[dict]]:
-    """Recorded conversations from ../shared/trajectories, or a clean skip when they are absent."""
+def load_trajectories(name: str, every: int = 1) -> list[list[dict]]:
+    """Recorded conversations from ../shared/trajectories (every `every`-th one), or a clean skip
+    when they are absent."""
     path = TRAJECTORIES / name
     if not path.exists():
         pytest.skip(f"{path} is not here (it is shared data beside the checkout)")
-    return [json.loads(line)["messages"] for line in path.read_text(encoding="utf-8").splitlines() if line]
+    runs = [json.loads(line)["messages"] for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return runs[::every]
+
+
+# A test that replays the recorded runs takes this parameter: the README's test command replays
+# every 10th run (the same promise, a tenth of the time), and CI's slow part replays them all.
+SAMPLE = 10
+RECORDED = pytest.mark.parametrize("every", [pytest.param(SAMPLE, id="every-10th"),
+                                             pytest.param(1, id="all", marks=pytest.mark.slow)])
 
 
 MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW")
+
+
+# Runs a lesson as `python lessons/NN_x.py` would, then prints the CPU seconds it and its children
+# used as the last line of stderr: a lesson's speed is compared with lesson 01's in the same run
+# (a ratio of CPU time, which other work on the machine barely moves), never with a clock.
+TIMED = """import atexit, os, resource, runpy, sys
+def cpu():
+    used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    print(f"[cpu] {sum(u.ru_utime + u.ru_stime for u in used):.3f}", file=sys.stderr)
+atexit.register(cpu)
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def lesson_command(lesson: str, *args: str) -> list[str]:
+    """The command that runs lessons/`lesson` with `args` and reports its CPU time (TIMED)."""
+    return [sys.executable, "-c", TIMED, f"lessons/{lesson}", *args]
+
+
+def cpu_seconds(stderr: str) -> float:
+    """The CPU time a lesson run by lesson_command reported."""
+    return float(stderr.rstrip().rsplit("[cpu] ", 1)[1])
 
 
 def offline_env(**extra: str) -> dict:

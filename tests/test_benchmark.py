@@ -20,10 +20,13 @@ import pytest
 import benchmark
 from compact import (PRESETS, content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
                      reasoning_text)
-from conftest import MODEL_VARIABLES, TRAJECTORIES, load_trajectories, offline_env
+from conftest import MODEL_VARIABLES, TRAJECTORIES, cpu_seconds, lesson_command, load_trajectories, offline_env
+from test_lessons_first import BENCHMARK_RATIO
 from conversations import generate_conversation, generate_thinking_conversation
 
 ROOT = Path(__file__).resolve().parent.parent
+# One worker runs this whole file: its runs are started once and shared by its tests.
+pytestmark = pytest.mark.xdist_group("benchmark")
 SMALL = dict(turns=(30,), seeds=(0,), window=8_000)  # a window small enough that every strategy acts
 SMALL_ARGS = ["--turns", "30", "--seeds", "0", "--window", "8000"]
 
@@ -47,9 +50,18 @@ def rows(small):
     return small["generated"]["30"]["strategies"]
 
 
-def run_lesson(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "lessons/15_benchmark.py", *args], cwd=ROOT, env=offline_env(),
-                          capture_output=True, text=True, timeout=60)
+def run_lesson(*args: str, lesson: str = "15_benchmark.py") -> subprocess.CompletedProcess:
+    return subprocess.run(lesson_command(lesson, *args), cwd=ROOT, env=offline_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # runs the whole default benchmark: CI's slow part
+def test_the_benchmark_takes_at_most_45_times_lesson_01():
+    """Issue 26.3: lesson 15 as a reader runs it, in CPU time against lesson 01's in the same run."""
+    benchmark_run, first = run_lesson(), run_lesson(lesson="01_the_wall.py")
+    assert benchmark_run.returncode == 0, benchmark_run.stderr[-2000:]
+    spent, reference = cpu_seconds(benchmark_run.stderr), cpu_seconds(first.stderr)
+    assert spent <= BENCHMARK_RATIO * reference, f"lesson 15: {spent:.1f} s of CPU, lesson 01 {reference:.1f} s"
 
 
 def test_every_strategy_of_the_issue_is_in_the_table(rows):
@@ -114,6 +126,7 @@ def test_the_cache_section_holds_the_ladder_with_and_without_batching_and_maskin
     assert benchmark.check_targets(small)  # the cache rows count in "no invalid list"
 
 
+@pytest.mark.slow  # re-measures the benchmark: CI's slow part
 def test_cache_first_batching_changes_where_the_prefix_breaks(default_run):
     """What the default run measures (README.md says it in words from the same figures): batching
     raises the cache-hit share of masking before every call, which masking before every call had
@@ -366,6 +379,7 @@ def test_recorded_targets_are_skipped_without_the_recorded_runs(small):
     assert lines and all(passed is None and "not run (pass --trajectories)" in text for passed, text in lines)
 
 
+@pytest.mark.slow  # re-measures the benchmark: CI's slow part
 def test_generated_targets_name_every_strategy_of_compact_py_and_judge_only_the_default_run(small, default_run):
     ours = [name for name, row in small["generated"]["30"]["strategies"].items() if row["from_compact_py"]]
     assert set(benchmark.GENERATED_TOKENS_TODAY) == set(ours)
@@ -491,21 +505,25 @@ def default_run():
     return offline_run(timing=False)  # the default run; timings are never in the guide or the README
 
 
+@pytest.mark.slow  # re-measures the benchmark: CI's slow part
 def test_every_strategy_keeps_what_issue_20_asks_at_250_generated_turns(default_run):
     missed = [text for passed, text in benchmark.generated_targets(default_run) if not passed]
     assert not missed, "\n".join(missed)
 
 
+@pytest.mark.slow  # re-measures the benchmark: CI's slow part
 def test_the_guide_figures_are_those_of_a_fresh_default_run(default_run):
     diff = drift("lessons/README.md", "generated", benchmark.guide_blocks(default_run)["generated"])
     assert not diff, "lessons/README.md drifted; run: python lessons/15_benchmark.py --readme\n" + diff
 
 
+@pytest.mark.slow  # re-measures the benchmark: CI's slow part
 def test_the_readme_summary_is_that_of_a_fresh_default_run(default_run):
     diff = drift("README.md", "summary", benchmark.summary_parts(default_run)[0], summary_half(0))
     assert not diff, "README.md's summary line drifted; run: python lessons/15_benchmark.py --readme\n" + diff
 
 
+@pytest.mark.slow  # re-measures the benchmark: CI's slow part
 def test_the_recorded_figures_are_those_of_a_fresh_run():
     pytest.importorskip("bpe_openai", reason="the figures are counted with the exact tokenizer")
     files = [TRAJECTORIES / name for name in benchmark.RECORDED_FILES]

@@ -22,20 +22,19 @@ ENTRY = {1: 'if __name__ == "__main__":\n    sys.exit(one_task())\n', 2: 'if __n
 
 
 def upto(name: str, layer: int) -> str:
-    """The file up to the banner that opens part (or layer) `layer + 1`, the ruler above it too."""
+    """The README's words: every line above the ruler (`# ===…`, `# ═══…`) that opens part (or layer) `layer + 1`."""
     lines = (ROOT / name).read_text(encoding="utf-8").split("\n")
-    end = next(i for i, line in enumerate(lines) if line.startswith(BANNERS[name][layer - 1]))
-    while lines[end - 1].startswith("# ═") or lines[end - 1].startswith("# ="):
-        end -= 1
-    return "\n".join(lines[:end]).rstrip() + "\n"
+    end = next(i for i, line in enumerate(lines) if line.startswith(BANNERS[name][layer - 1])) - 1
+    assert lines[end].startswith(("# =", "# ═")), f"{name}: the {BANNERS[name][layer - 1]!r} banner opens with a ruler"
+    return "".join(line + "\n" for line in lines[:end])
 
 
 def fork(tmp_path: Path, layer: int) -> Path:
-    """The README's procedure: cut both files at the banner, and end tiny_agent.py with its entry."""
+    """The README's procedure: cut both files above the banner, and end tiny_agent.py with its entry."""
     folder = tmp_path / f"fork{layer}"
     folder.mkdir()
     (folder / "compact.py").write_text(upto("compact.py", layer), encoding="utf-8")
-    (folder / "tiny_agent.py").write_text(upto("tiny_agent.py", layer) + "\n\n" + ENTRY[layer], encoding="utf-8")
+    (folder / "tiny_agent.py").write_text(upto("tiny_agent.py", layer) + ENTRY[layer], encoding="utf-8")
     return folder
 
 
@@ -99,7 +98,7 @@ def test_each_forkers_copy_runs_a_task_against_a_server_and_compacts(tmp_path, f
 def test_the_readme_states_the_size_of_each_copy_and_where_each_part_starts():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for layer in (1, 2):
-        lines = sum(upto(name, layer).count("\n") for name in BANNERS) + ENTRY[layer].count("\n") + 2
+        lines = sum(upto(name, layer).count("\n") for name in BANNERS) + ENTRY[layer].count("\n")
         stated = re.search(rf"copy {layer}[^\n]*\| ([\d,]+) lines \|", readme)
         assert stated and int(stated[1].replace(",", "")) == lines, f"README: copy {layer} is {lines} lines"
     for name, (second, third) in BANNERS.items():

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import chat_response, offline_env
+from conftest import chat_response, cpu_seconds, lesson_command, offline_env
 
 ROOT = Path(__file__).resolve().parent.parent
+# One worker runs this whole file: its runs are started once and shared by its tests.
+pytestmark = pytest.mark.xdist_group("lessons-first")
 
 MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
@@ -85,7 +87,7 @@ ORDER = list(MARKERS)  # the reading order: 05b comes after 05
 
 
 def start(lesson: str, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, f"lessons/{lesson}"], cwd=ROOT, env=env, text=True,
+    return subprocess.Popen(lesson_command(lesson), cwd=ROOT, env=env, text=True,
                             encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -111,6 +113,19 @@ def test_lesson_runs_offline_and_prints_its_markers(runs, lesson):
     assert code == 0, stderr
     missing = [marker for marker in MARKERS[lesson] if marker not in stdout]
     assert not missing, f"{lesson} did not print {missing}:\n{stdout}"
+
+
+# Issue 26.3: a lesson runs in seconds. Lesson 01 does little more than start Python and load the
+# tokenizer (0.6-0.9 s of CPU on two cores): every lesson may take at most LESSON_RATIO times its CPU
+# time measured in the same run (about 5 s), the benchmark, lesson 15, BENCHMARK_RATIO times (about 30 s).
+LESSON_RATIO = 8
+BENCHMARK_RATIO = 45
+
+
+@pytest.mark.parametrize("lesson", MARKERS)
+def test_each_lesson_takes_at_most_eight_times_lesson_01(runs, lesson):
+    spent, reference = cpu_seconds(runs[lesson][2]), cpu_seconds(runs["01_the_wall.py"][2])
+    assert spent <= LESSON_RATIO * reference, f"{lesson}: {spent:.1f} s of CPU, lesson 01 {reference:.1f} s"
 
 
 @pytest.mark.parametrize("lesson", MARKERS)
@@ -238,3 +253,11 @@ def test_every_line_the_guides_quote_is_in_the_output(runs, guide, lesson):
     assert code == 0, stderr
     missing = unquoted(guide, lesson, stdout)
     assert not missing, f"lessons/{guide} quotes lines {lesson} does not print:\n" + "\n".join(missing)
+
+
+def test_both_guides_quote_the_same_run():
+    """Issue 26.4: the Chinese guide quotes the lines the English one does, lesson by lesson, so
+    neither can keep an older run's output (lesson 15's tables live in the English guide only,
+    written there by the benchmark, and the Chinese guide points to them)."""
+    english, chinese = guide_quotes("README.md"), guide_quotes("README.zh-CN.md")
+    assert english == chinese, sorted(k for k in english.keys() | chinese.keys() if english.get(k) != chinese.get(k))

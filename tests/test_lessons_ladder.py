@@ -7,15 +7,16 @@ import ast
 import functools
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import offline_env
-from test_lessons_first import GUIDES, unquoted
+from conftest import cpu_seconds, lesson_command, offline_env
+from test_lessons_first import GUIDES, LESSON_RATIO, unquoted
 
 ROOT = Path(__file__).resolve().parent.parent
+# One worker runs this whole file: its runs are started once and shared by its tests.
+pytestmark = pytest.mark.xdist_group("lessons-ladder")
 
 
 @functools.cache
@@ -23,7 +24,7 @@ def started() -> dict[str, subprocess.Popen]:
     """Start every lesson at once, the way the README runs them, with no model configured.
     They run in parallel because each one spends a second loading the tokenizer."""
     env = offline_env()
-    return {name: subprocess.Popen([sys.executable, f"lessons/{name}"], cwd=ROOT, env=env, text=True,
+    return {name: subprocess.Popen(lesson_command(name), cwd=ROOT, env=env, text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for name in FILENAMES}
 
@@ -164,6 +165,19 @@ def test_lesson_runs_offline_and_prints_its_markers(filename, expected, unexpect
     missing = [p if isinstance(p, str) else p.pattern for p in expected if not found(p, done.stdout)]
     present = [p if isinstance(p, str) else p.pattern for p in unexpected if found(p, done.stdout)]
     assert not missing and not present, f"missing {missing}, present {present}\n{done.stdout}"
+
+
+@functools.cache
+def lesson_01_cpu() -> float:
+    """Lesson 01's CPU seconds, run here beside the others (test_lessons_first.py says why)."""
+    done = subprocess.run(lesson_command("01_the_wall.py"), cwd=ROOT, env=offline_env(), capture_output=True, text=True)
+    return cpu_seconds(done.stderr)
+
+
+@pytest.mark.parametrize("filename", FILENAMES)
+def test_each_lesson_takes_at_most_eight_times_lesson_01(filename):
+    spent, reference = cpu_seconds(run_lesson(filename).stderr), lesson_01_cpu()
+    assert spent <= LESSON_RATIO * reference, f"{filename}: {spent:.1f} s of CPU, lesson 01 {reference:.1f} s"
 
 
 @pytest.mark.parametrize("guide", GUIDES)

@@ -12,7 +12,7 @@ import pytest
 
 import compact
 from compact import CompactState, Compactor, estimate_tokens, message_tokens, sawtooth
-from conftest import chat_response
+from conftest import RECORDED, chat_response
 
 
 def call(call_id: str, name: str, **args) -> dict:
@@ -149,12 +149,13 @@ def test_intermediate_tools_are_the_design_documents_names():
     assert compact.INTERMEDIATE_TOOLS == ("cache_read", "cache_write")
 
 
-def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up():
+@RECORDED
+def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up(every):
     """Issue 20: a latest turn that alone breaks the window (a long assistant text, a huge output)
     is cut with a note, archived first, instead of ending in ContextOverflowError."""
     from conftest import load_trajectories
     overflows = []
-    for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl")):
+    for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl", every)):
         ladder = Compactor(context_window=16_000, reserved_output=4_000, summarize=compact.summarize_structured)
         history = []
         for m in conversation:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 from collections import Counter
 
@@ -15,13 +16,17 @@ from hypothesis import strategies as st
 
 import compact
 
-# Deterministic in CI: the same examples every run, no example database, no per-example deadline.
-# No shrinking either: shrinking a 60-message conversation can take minutes, so a failure prints the
+# Deterministic: the same examples every run, no example database, no per-example deadline. No
+# shrinking either: shrinking a 60-message conversation can take minutes, so a failure prints the
 # generated case as it is (add Phase.shrink to the phases here to get a smaller one locally).
-settings.register_profile("reliability", derandomize=True, database=None, deadline=None, max_examples=120,
-                          phases=[Phase.explicit, Phase.generate], print_blob=False,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-RELIABILITY = settings(settings.get_profile("reliability"))
+# Two sizes: "quick" in the README's test command, "thorough" in CI's slow part
+# (HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_properties.py).
+EXAMPLES = {"quick": 30, "thorough": 120}
+for _name, _examples in EXAMPLES.items():
+    settings.register_profile(_name, derandomize=True, database=None, deadline=None, max_examples=_examples,
+                              phases=[Phase.explicit, Phase.generate], print_blob=False,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+RELIABILITY = settings(settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick")))
 
 # --------------------------------------------------------------------------------------------
 # Strategies: OpenAI-format agent conversations
