@@ -25,8 +25,6 @@ from test_lessons_first import BENCHMARK_RATIO
 from conversations import generate_conversation, generate_thinking_conversation
 
 ROOT = Path(__file__).resolve().parent.parent
-# One worker runs this whole file: its runs are started once and shared by its tests.
-pytestmark = pytest.mark.xdist_group("benchmark")
 SMALL = dict(turns=(30,), seeds=(0,), window=8_000)  # a window small enough that every strategy acts
 SMALL_ARGS = ["--turns", "30", "--seeds", "0", "--window", "8000"]
 

@@ -15,8 +15,6 @@ from conftest import cpu_seconds, lesson_command, offline_env
 from test_lessons_first import GUIDES, LESSON_RATIO, unquoted
 
 ROOT = Path(__file__).resolve().parent.parent
-# One worker runs this whole file: its runs are started once and shared by its tests.
-pytestmark = pytest.mark.xdist_group("lessons-ladder")
 
 
 @functools.cache
