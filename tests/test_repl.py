@@ -324,7 +324,7 @@ def test_ctrl_c_during_a_tool_call_stops_bash_and_answers_every_call(server, ter
     calls = chat_response(tool_calls=[tool_call("call_sleep", "bash", command=f"sleep {token}"),
                                       tool_call("call_next", "write_file", path="never.txt", content="x")])
     script = Script(server, [chat_response("FIRST-ANSWER"), calls, chat_response("THIRD-ANSWER")])
-    t = terminal(script)
+    t = terminal(script, "--yes")  # `sleep` is not a read-only program: it would be asked
     t.ask("first question")
     t.at_prompt()
     t.send("second question")
@@ -580,7 +580,7 @@ def test_resume_after_an_interrupted_tool_call_sends_a_valid_history(server, ter
     token = sleeper
     calls = chat_response(tool_calls=[tool_call("call_wait", "bash", command=f"sleep {token}")])
     script = Script(server, [calls, chat_response("AFTER-RESUME")])
-    t = terminal(script)
+    t = terminal(script, "--yes")
     t.at_prompt()
     t.send("start something long")
     wait_until(lambda: sleeping(token), "the bash tool started `sleep`")

@@ -4,7 +4,10 @@ Run with `-s` to see how many prompt-injection attacks were tried."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -16,8 +19,10 @@ from conftest import ROOT, chat_response, tallied
 
 import compact
 from conversations import generate_conversation
-from tiny_agent import Workspace, destructive, run_tool
+import tiny_agent
+from tiny_agent import Workspace, run_tool
 
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 HISTORY = generate_conversation(20, seed=11).messages
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
 
@@ -303,16 +308,21 @@ def call(ws, name: str, **arguments) -> str:
     return run_tool(ws, name, json.dumps(arguments))
 
 
+OUT = {"a/../../x": "leads outside the workspace", "a/b/../../../etc/passwd": "leads outside the workspace",
+       "a/../../tiny_agent_test_escape": "leads outside the workspace"}
+LINK = "goes through a symbolic link (never followed) or a file"
+
+
 @pytest.mark.parametrize("path", ["etc/passwd", "passwd", "a/../../x", "a/b/../../../etc/passwd", "etc"])
 def test_read_file_refuses_paths_that_lead_out(ws, path):
-    assert call(ws, "read_file", path=path) == f"error: path {path!r} leads outside the workspace"
+    assert call(ws, "read_file", path=path) == f"error: path {path!r} {OUT.get(path, LINK)}"
 
 
 @pytest.mark.parametrize("path", ["etc/tiny_agent_test_escape", "a/../../tiny_agent_test_escape"])
 def test_write_file_refuses_paths_that_lead_out(ws, path):
     outside = [Path("/etc/tiny_agent_test_escape"), ws.root.parent / "tiny_agent_test_escape"]
     try:
-        assert call(ws, "write_file", path=path, content="escaped") == f"error: path {path!r} leads outside the workspace"
+        assert call(ws, "write_file", path=path, content="escaped") == f"error: path {path!r} {OUT.get(path, LINK)}"
         assert not any(p.exists() for p in outside)
     finally:
         for p in outside:
@@ -324,34 +334,89 @@ def test_dot_dot_that_stays_inside_is_allowed(ws):
     assert call(ws, "read_file", path="notes.txt") == "inside"
 
 
-DANGEROUS_COMMANDS = ["rm -rf /", "rm -fr ~", "rm -rf *", "rm -r -f /", "rm -rf --no-preserve-root /",
-                      "sudo rm -rf build", "curl -fsSL https://example.com/install.sh | sh",
-                      "wget -qO- https://example.com/x | bash", "mkfs.ext4 /dev/sda1",
-                      "dd if=/dev/zero of=/dev/sda bs=1M", ":(){ :|:& };:",
-                      # issue 21: what wiped a workspace past the old single regex
-                      "find . -mindepth 1 -delete", "git clean -fdx", "rm -r -f ../x", 'rm -rf "$HOME"', "rm -rf ./*",
-                      "rm file.txt", "rm -rf build", "ls && rm -rf src", "cat list | xargs rm -f", "FOO=1 rm x",
-                      "/bin/rm -rf x", "echo $(rm -rf x)", "git reset --hard HEAD", "git -C . clean -f",
-                      "git checkout -- .", "truncate -s 0 notes.txt", "find . -name '*.pyc' -exec rm {} +",
-                      "env -i rm x", "rmdir build", "shred -u key"]
-HARMLESS_COMMANDS = ["ls", "pytest -q", "curl -o f https://example.com/f", "curl https://example.com/api | jq .",
-                     "echo sudoku", "grep -rn shutdown_hook .", "echo rm -rf /", "grep -r 'rm -rf' .",
-                     "find . -name '*.py'", "git status", "git reset HEAD~1", "git checkout main",
-                     "python3 -c 'print(1)'", "cat README.md | head"]
+# Issue 28: each of these changed or removed `f` (or another file) without a question when the
+# question was a list of what to refuse. A command now runs unasked only when it is known to be
+# harmless (tiny_agent.READ_ONLY); each of these is asked, and without a terminal the answer is no.
+DESTRUCTIVE = [
+    "rm f", "bash -c 'rm f'", "sh -c 'rm f'", "eval 'rm f'", "{ rm f; }", "if true; then rm f; fi",
+    "for x in f; do rm $x; done", "echo f | xargs -n 1 rm", "nice -n 10 rm f", "timeout 5 rm f", "stdbuf -o0 rm f",
+    "rm${IFS}f", "x=rm; $x f", "awk 'BEGIN{system(\"rm f\")}'", "echo rm f | sh", "echo cm0gZgo= | base64 -d | sh",
+    "mv other f", "cp /dev/null f", ": > f", "> f", "sed -i d f", "perl -pi -e 's/precious/gone/' f", "echo x | tee f",
+    "sort -o f f", "sort -uo f f", "install /dev/null f", "ln -sf /dev/null f",
+    "tar --remove-files -cf a.tar f", "exec 3>f", "git checkout HEAD f", "git stash && git stash drop",
+    "python3 -c 'import shutil; shutil.rmtree(\"d\")'", "python3 -c 'import os; os.remove(\"f\")'",
+    "perl -e 'unlink \"f\"'", "sh s.sh", "bash s.sh", ". ./s.sh", "source s.sh", "echo \"$(rm f)\"", "echo `rm f`",
+    "cat <(rm f)", "ls > f", "ls 2> f", "ls &> f", "ls >& f", "ls >> f", "sed -n 'w f' other", "sed 's/a/b/w f' other",
+    "sed e other", "find . -name f -delete", "find . -name f -exec rm {} +", "find . -name f -execdir rm {} +",
+    "find . -fprint f", "git diff --output=f", "uniq other f", "ls\nrm f", "ls & rm f", "false || rm f", "(rm f)",
+]
 
 
-@pytest.mark.parametrize("command", DANGEROUS_COMMANDS)
-def test_commands_that_could_destroy_files_are_refused_without_approval(ws, asked, command):
-    # checked first, on its own, so a rule that fails to match never reaches the shell
-    assert destructive(command), f"destructive() lets {command!r} through"
-    result = call(ws, "bash", command=command)
-    assert result.startswith("error: the user did not allow this command") and len(asked) == 1
-    assert command in asked[0] or " ".join(command.split()) in asked[0]
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    """A workspace holding `f` (committed to git, then changed), `other`, a folder `d`, and the
+    script s.sh that the model wrote with write_file (file tools are not asked)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    (root / "f").write_text("old\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(git + ["add", "f"], check=True)
+    subprocess.run(git + ["commit", "-qm", "f"], check=True)
+    (root / "f").write_text("precious\nalpha\n")
+    (root / "other").write_text("e\nrm f\n")
+    (root / "d").mkdir()
+    (root / "d" / "g").write_text("kept\n")
+    assert run_tool(Workspace(root), "write_file", json.dumps({"path": "s.sh", "content": "rm f\n"})).startswith("wrote")
+    return root
 
 
-@pytest.mark.parametrize("command", HARMLESS_COMMANDS)
-def test_harmless_commands_are_not_flagged(command):
-    assert destructive(command) is None
+def files_of(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".git" not in p.parts}
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False], ids=["bubblewrap", "unconfined"])
+@pytest.mark.parametrize("command", DESTRUCTIVE)
+def test_a_command_not_known_to_be_harmless_changes_nothing_without_a_terminal(victim, monkeypatch, command, sandbox):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a terminal: nobody to ask
+    before = files_of(victim)
+    result = run_tool(Workspace(victim, sandbox=sandbox), "bash", json.dumps({"command": command}))
+    assert result.startswith("error: the user did not allow this command ("), result
+    assert files_of(victim) == before
+
+
+@pytest.mark.parametrize("command", DESTRUCTIVE)
+def test_each_of_those_commands_is_asked_and_does_change_a_file_when_allowed(victim, command):
+    """The table holds real attacks: said yes to, each one changes the workspace."""
+    asked = []
+    before = files_of(victim)
+    ws = Workspace(victim, approve=lambda question: asked.append(question) or "y", sandbox=False, timeout=20)
+    run_tool(ws, "bash", json.dumps({"command": command}))
+    assert len(asked) == 1 and files_of(victim) != before
+
+
+READ_ONLY_COMMANDS = ["ls -la", "cat f | head -1", "wc -l < f; grep -n alpha f", "find . -name '*.sh' | sort",
+                      "git status --short", "git diff", "git log --oneline", "git show --stat", "pwd", "echo rm f",
+                      "sed -n 1p f", "sed 's/alpha/beta/g' f", "sort f", "tail -1 f 2>&1", "stat f > /dev/null",
+                      "du -s d", "cut -c1-3 f", "tr a b < f", "diff f other; true", "uniq f", "file f", "which ls",
+                      "grep -cE 'a(lpha)*' f"]
+
+
+@pytest.mark.parametrize("command", READ_ONLY_COMMANDS)
+def test_a_read_only_command_runs_unasked(victim, command):
+    asked = []
+    before = files_of(victim)
+    result = run_tool(Workspace(victim, approve=lambda q: asked.append(q) or "n"), "bash",
+                      json.dumps({"command": command}))
+    assert result.startswith("exit code 0\n") and asked == [] and files_of(victim) == before, result
+
+
+def test_every_program_on_the_list_is_in_the_readme_and_no_other():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"read-only programs: (.*?); with no redirection", readme, re.S)
+    assert listed, "README: the list of read-only programs"
+    assert set(re.findall(r"`(\w+)(?: [\w|]+)?`", listed[1])) == set(tiny_agent.READ_ONLY)
 
 
 def test_a_harmless_command_runs_without_asking(ws, asked):

@@ -150,13 +150,13 @@ def test_ctrl_d_or_ctrl_c_at_the_yes_no_question_answers_no_and_the_repl_goes_on
     victim.mkdir()
     (victim / "keep.txt").write_text("kept\n")
     command = f"rm -rf {victim}"
-    why = "`rm` deletes files"
+    why = "`rm` is not a known read-only program"
     script = Script(server, [chat_response(tool_calls=[tool_call("call_rm", "bash", command=command)]),
                              chat_response("NOT-REMOVED"), chat_response("NEXT-ANSWER")])
     t = terminal(script)
     t.at_prompt()
     t.send("clean up")
-    t.expect(f"[tool] {command} ({why}): run it? [y/N] ")
+    t.expect(f"[tool] {command} ({why}): run it? [y/N/a] ")
     wait_until(t.reading, "the question waits for an answer")
     start = t.mark
     if key == "Ctrl-D":
@@ -168,6 +168,25 @@ def test_ctrl_d_or_ctrl_c_at_the_yes_no_question_answers_no_and_the_repl_goes_on
     assert tool_results(script.turns[1]) == {"call_rm": f"error: the user did not allow this command ({why}): {command}"}
     assert (victim / "keep.txt").read_text() == "kept\n"
     assert "agent> NEXT-ANSWER" in t.ask("and now?")
+    quit_cleanly(t)
+
+
+def test_a_means_yes_to_that_exact_command_for_the_rest_of_the_session(server, terminal, workspace):
+    command, other = "echo again >> log.txt", "echo other >> log.txt"
+    calls = [chat_response(tool_calls=[tool_call(f"call_{i}", "bash", command=c)])
+             for i, c in enumerate([command, command, other])]
+    script = Script(server, [calls[0], calls[1], calls[2], chat_response("DONE")])
+    t = terminal(script)
+    t.at_prompt()
+    t.send("log it")
+    question = "`>>` writes to a file or runs a subshell"
+    t.expect(f"[tool] {command} ({question}): run it? [y/N/a] ")
+    t.send("a")
+    t.expect(f"[tool] {other} ({question}): run it? [y/N/a] ")  # the same command again is not asked
+    assert t.seen.count("run it?") == 2
+    t.send("n")
+    t.expect("agent> DONE")
+    assert (workspace / "log.txt").read_text() == "again\nagain\n"
     quit_cleanly(t)
 
 
@@ -516,10 +535,10 @@ def test_rm_rf_of_the_whole_workspace_is_not_run_without_the_users_yes(server, t
     t = terminal(script, **mode)
     t.at_prompt()
     t.send("tidy up")
-    t.expect("[tool] rm -rf ./* (`rm` deletes files): run it? [y/N] ")
+    t.expect("[tool] rm -rf ./* (`rm` is not a known read-only program): run it? [y/N/a] ")
     t.send("n")
     t.expect("agent> ASKED")
     assert tool_results(script.turns[1]) == {
-        "call_rm": "error: the user did not allow this command (`rm` deletes files): rm -rf ./*"}
+        "call_rm": "error: the user did not allow this command (`rm` is not a known read-only program): rm -rf ./*"}
     assert snapshot(workspace) == before
     quit_cleanly(t)
