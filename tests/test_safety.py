@@ -4,14 +4,17 @@ Run with `-s` to see how many prompt-injection attacks were tried."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -421,3 +424,161 @@ def test_every_program_on_the_list_is_in_the_readme_and_no_other():
 
 def test_a_harmless_command_runs_without_asking(ws, asked):
     assert call(ws, "bash", command="ls").startswith("exit code 0") and asked == []
+
+
+# --------------------------------------------------------------------------------------------
+# (f) Issue 28: what the sandbox holds, and the file tools and bash under attack
+# --------------------------------------------------------------------------------------------
+
+KEY = "sk-test-" + "s3cr3t" * 4
+
+
+@needs_bwrap
+@pytest.mark.parametrize("inside", [False, True], ids=["records outside", "records inside the workspace"])
+def test_under_bubblewrap_no_command_reads_the_records_or_sees_the_key(tmp_path, monkeypatch, inside):
+    root = tmp_path / "ws"
+    root.mkdir()
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("XDG_STATE_HOME", str(root / "state" if inside else tmp_path / "state"))
+    folder = tiny_agent.records_folder(root)
+    (folder / f"session-{KEY}.json").write_text(f"RECORD {KEY}")
+    ws = Workspace(root, approve=lambda question: "y", sandbox=True, protected=(folder,))
+    for command in ["env; cat /proc/*/environ | tr '\\0' '\\n'", "find / -name 'session-*' 2>/dev/null",
+                    "grep -rlsE 'RECOR[D] sk-' /tmp /root /home /var /etc /run /mnt", "ls -la $HOME /root /home 2>&1"]:
+        result = run_tool(ws, "bash", json.dumps({"command": command}))  # a file found shows its name: the key
+        assert result.startswith("exit code") and KEY not in result, (command, result)
+    assert (folder / f"session-{KEY}.json").read_text() == f"RECORD {KEY}"
+
+
+@needs_bwrap
+def test_under_bubblewrap_only_the_workspace_is_writable_and_tmp_is_its_own(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    ws = Workspace(root, approve=lambda question: "y", sandbox=True)
+    result = run_tool(ws, "bash", json.dumps({"command": "echo x > /tmp/mine && cat /tmp/mine; touch /new 2>&1; "
+                                                         "touch /etc/new 2>&1; echo ok > here"}))
+    assert "x\n" in result and result.count("Read-only file system") == 2, result
+    assert (root / "here").read_text() == "ok\n"
+    assert "No such file" in run_tool(ws, "bash", json.dumps({"command": "cat /tmp/mine 2>&1; true"}))
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False], ids=["bubblewrap", "unconfined"])
+def test_the_model_cannot_change_dotenv_without_being_asked(tmp_path, monkeypatch, sandbox):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:1/v1\n")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a terminal
+    ws = Workspace(root, sandbox=sandbox)
+    attempts = [("write_file", {"path": ".env", "content": "OPENAI_BASE_URL=http://evil/v1\n"}),
+                ("write_file", {"path": "sub/../.env", "content": "x"}),
+                ("edit_file", {"path": ".env", "old": "127.0.0.1:1", "new": "evil"}),
+                ("write_file", {"path": ".git/config", "content": "[core]\n\tfsmonitor = rm -rf .\n"}),
+                ("bash", {"command": "sed -i s/127.0.0.1/evil/ .env"}),
+                ("bash", {"command": "echo OPENAI_BASE_URL=http://evil/v1 >> .env"})]
+    for name, arguments in attempts:
+        assert run_tool(ws, name, json.dumps(arguments)).startswith("error: "), (name, arguments)
+    assert (root / ".env").read_text() == "OPENAI_BASE_URL=http://127.0.0.1:1/v1\n" and not (root / ".git").exists()
+    if sandbox:  # said yes to, a command still cannot change it: bubblewrap mounts it read-only
+        ws.approve = lambda question: "y"
+        for command in ["echo OPENAI_BASE_URL=http://evil/v1 >> .env", "sed -i s/127.0.0.1/evil/ .env",
+                        "rm -f .env; echo x > .env", "mv .env old"]:
+            run_tool(ws, "bash", json.dumps({"command": command}))
+        assert (root / ".env").read_text() == "OPENAI_BASE_URL=http://127.0.0.1:1/v1\n"
+
+
+MEASURED = """
+import json, resource, sys
+sys.path.insert(0, {root!r})
+from pathlib import Path
+import tiny_agent
+ws = tiny_agent.Workspace(Path(sys.argv[1]), approve=lambda question: "y", sandbox=False)
+result = tiny_agent.run_tool(ws, sys.argv[2], sys.argv[3])
+print(json.dumps({{"result": result, "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}))
+"""
+
+
+def measured(root: Path, name: str, arguments: dict) -> tuple[str, int]:
+    """(the tool's result, the peak memory of a fresh process that ran it, in MB); a hang fails
+    at the guard's generous timeout instead of hanging the suite."""
+    done = subprocess.run([sys.executable, "-c", MEASURED.format(root=str(ROOT)), str(root), name,
+                           json.dumps(arguments)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    return out["result"], out["max_rss_kb"] // 1024
+
+
+def test_a_2_gb_sparse_file_is_read_within_the_cap_and_little_memory(tmp_path):
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.write(b"HEAD")
+        f.truncate(2 * 1024**3)
+    result, megabytes = measured(tmp_path, "read_file", {"path": "big.bin"})
+    assert result == "big.bin is a binary file (2,147,483,648 bytes); it is not shown"
+    assert megabytes < 300, megabytes
+    (tmp_path / "big.txt").write_text("HEAD" + "line of text\n" * 200_000 + "TAIL")
+    result, _ = measured(tmp_path, "read_file", {"path": "big.txt"})
+    assert result.startswith("HEAD") and result.endswith("TAIL") and "[… 2,590,008 bytes cut …]" in result
+
+
+def test_a_gigabyte_of_command_output_is_kept_within_the_cap(tmp_path):
+    result, megabytes = measured(tmp_path, "bash", {"command": "head -c 1000000000 /dev/zero | tr '\\0' x; echo END"})
+    assert result.startswith("exit code 0\nxxx") and result.endswith("xxxEND\n")
+    assert "[… 999,990,004 bytes cut …]" in result and megabytes < 300, megabytes
+
+
+@pytest.mark.parametrize("name", ["read_file", "write_file", "edit_file"])
+def test_a_fifo_or_a_device_is_refused_at_once(tmp_path, name):
+    os.mkfifo(tmp_path / "pipe")
+    arguments = {"read_file": {}, "write_file": {"content": "x"}, "edit_file": {"old": "a", "new": "b"}}[name]
+    result, _ = measured(tmp_path, name, {"path": "pipe", **arguments})
+    assert result == "error: pipe is not a regular file"
+    try:
+        os.mknod(tmp_path / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        return  # no device nodes here (an unprivileged container)
+    result, _ = measured(tmp_path, name, {"path": "null", **arguments})
+    assert result == "error: null is not a regular file"
+
+
+def test_no_write_through_a_hard_link_and_no_half_written_file(tmp_path, monkeypatch):
+    root = tmp_path / "ws"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("OUTSIDE\n")
+    os.link(outside, root / "linked.txt")
+    ws = Workspace(root)
+    assert run_tool(ws, "write_file", json.dumps({"path": "linked.txt", "content": "model\n"})).startswith("wrote")
+    assert run_tool(ws, "edit_file", json.dumps({"path": "linked.txt", "old": "model", "new": "edit"})) == \
+        "edited linked.txt"
+    assert outside.read_text() == "OUTSIDE\n" and (root / "linked.txt").read_text() == "edit\n"
+
+    def broken_replace(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(tiny_agent.os, "replace", broken_replace)
+    assert run_tool(ws, "write_file", json.dumps({"path": "linked.txt", "content": "never\n"})).startswith("error: ")
+    assert (root / "linked.txt").read_text() == "edit\n" and sorted(p.name for p in root.iterdir()) == ["linked.txt"]
+
+
+def test_a_folder_swapped_for_a_symlink_while_writing_lands_nothing_outside(tmp_path):
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "real").mkdir()
+    done = threading.Event()
+
+    def swap():  # the attacker: `sub` is a real folder one moment and a link to `outside` the next
+        steps = [lambda: os.rename(root / "real", root / "sub"), lambda: os.rename(root / "sub", root / "real"),
+                 lambda: os.symlink(outside, root / "sub"), lambda: os.unlink(root / "sub")]
+        while not done.is_set():
+            for step in steps:
+                with contextlib.suppress(OSError):
+                    step()
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    ws = Workspace(root)
+    try:
+        results = [run_tool(ws, "write_file", json.dumps({"path": f"sub/{i}.txt", "content": "x"})) for i in range(200)]
+    finally:
+        done.set()
+        swapper.join()
+    assert list(outside.iterdir()) == []
+    assert {r[:5] for r in results} == {"wrote", "error"}  # the race was real: some writes landed, some not

@@ -135,6 +135,19 @@ def test_a_timed_out_command_is_stopped_with_its_children(tmp_path, sandbox, sle
         wait_until(lambda: not alive(pid), f"/proc/{pid} is gone")
 
 
+@pytest.mark.parametrize("ends", ["at the timeout", "by itself"])
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False], ids=["bubblewrap", "unconfined"])
+def test_a_process_that_left_the_group_with_setsid_is_stopped_too(tmp_path, sandbox, sleeper, ends):
+    """`(setsid sleep … &)` leaves the command's process group and session; it is found by the
+    marker in its environment and stopped all the same."""
+    token = sleeper
+    command = f"(setsid sleep {token} &); (setsid sh -c 'sleep {token}' &)" + ("; wait; sleep 30" if ends == "at the timeout" else "")
+    ws = Workspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
+    result = run_tool(ws, "bash", json.dumps({"command": command}))
+    assert result.startswith("error: the command ran longer than 1 s" if ends == "at the timeout" else "exit code 0")
+    assert sleeping(token) == []  # stopped before the tool returned: no wait
+
+
 @pytest.fixture
 def listener():
     """A socket on 127.0.0.1 that accepts and never answers; `accepted` counts its connections."""
