@@ -281,6 +281,8 @@ class Workspace:
                 parts.pop()
             elif name not in ("", "."):
                 parts.append(name)
+        if not parts:
+            raise ToolError(f"path {relative!r} is the workspace folder itself, not a file")
         target = self.root.resolve().joinpath(*parts)
         if any(target == p or p in target.parents for p in self.protected):
             raise ToolError(f"path {relative!r} is the agent's own record and cannot be touched")
@@ -486,7 +488,7 @@ def open_file(ws: Workspace, path: str) -> tuple[int, int]:
     parts = ws.path(path)
     folder = open_folder(ws, parts)
     try:
-        fd = os.open(parts[-1] if parts else ".", os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=folder)
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=folder)
     except OSError as error:
         raise refusal(path, error) from None
     finally:
@@ -656,6 +658,7 @@ def one_task(argv: list[str] | None = None) -> int:
 # ════════════════════════════════════════════════════════════════════════════════════════════
 
 import argparse  # noqa: E402  each layer's imports stand at its start, so Layer 1 reads alone
+import fcntl  # noqa: E402
 import hashlib  # noqa: E402
 import importlib  # noqa: E402
 import tempfile  # noqa: E402
@@ -1077,15 +1080,14 @@ def new_session(config: Config, summarize: Callable | None = None, archive_dir=N
     return Session([{"role": "system", "content": SYSTEM_PROMPT}], compaction, config.max_iterations)
 
 
-def save_session(session: Session, config: Config, folder: Path) -> Path:
-    """Write the history, the strategy and the compaction's state atomically (a crash leaves the old
-    file whole), owner-only. No setting or key is written, only what the conversation holds."""
-    path = folder / "session.json"
+def save_session(session: Session, config: Config, path: Path) -> Path:
+    """Write the history, the strategy and the compaction's state to this run's own file,
+    atomically (a crash leaves the old file whole), owner-only. No setting or key is written."""
     c = session.compaction
     data = {"version": 2, "strategy": c.name, "messages": session.messages,
             "state": asdict(c.state) if c.state is not None else None,
             "archive": str(c.archive.path) if c.archive is not None else None}
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".session-")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".session-")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, ensure_ascii=False)
         f.flush()
@@ -1094,11 +1096,34 @@ def save_session(session: Session, config: Config, folder: Path) -> Path:
     return path
 
 
+def saved_sessions(folder: Path) -> list[Path]:
+    """The sessions saved for this workspace, one file a run, the last saved last."""
+    return sorted(folder.glob("session*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None, int | None]:
+    """This run's own session file (never one saved before), the saved session to continue, and a
+    lock on the records; one line when a saved session is not continued or another agent holds it."""
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        lock = None
+        print("[session] another agent is using this workspace's session: this run is saved in a file of its own")
+    saved = read_session(folder) if resume else None
+    earlier = saved_sessions(folder)
+    if earlier and not resume:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[-1].stat().st_mtime))
+        print(f"[session] this workspace has a session saved at {when}: it is kept, and --resume continues it")
+    return folder / f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", saved, lock
+
+
 def read_session(folder: Path) -> dict:
-    """The saved session, checked; a damaged file gets one line and is left as it is."""
-    path = folder / "session.json"
-    if not path.exists():
+    """The session saved last, checked; a damaged file gets one line and is left as it is."""
+    if not saved_sessions(folder):
         raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
+    path = saved_sessions(folder)[-1]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         check_messages(data["messages"])  # a list of dicts, each with a role a server knows
@@ -1160,7 +1185,7 @@ def pasting(wait: float = 0.05) -> bool:
     return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], wait)[0])
 
 
-def repl(session: Session, config: Config, model: Callable, ws: Workspace, folder: Path | None = None,
+def repl(session: Session, config: Config, model: Callable, ws: Workspace, path: Path | None = None,
          read=read_line) -> None:
     """Questions one after another; the history and the compaction's state carry across them. A
     turn that fails or is interrupted ends with one line, and the session goes on."""
@@ -1181,8 +1206,8 @@ def repl(session: Session, config: Config, model: Callable, ws: Workspace, folde
             config, done = command(session, config, line, ws)
         else:
             done = turn(session, config, line, model, ws)
-        if folder is not None and len(session.messages) > 1:
-            save_session(session, config, folder)  # after every turn and command, /compact and /strategy too
+        if path is not None and len(session.messages) > 1:
+            save_session(session, config, path)  # after every turn and command, /compact and /strategy too
         if done:
             return
 
@@ -1321,7 +1346,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = records_folder(workspace)
         ws = Workspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal, protected=(folder,),
                        timeout=config.bash_timeout)
-        saved = read_session(folder) if args.resume else None
+        path, saved, lock = start_records(folder, args.resume)  # noqa: F841  the lock is held while main runs
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
@@ -1333,11 +1358,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[shell] {shell_mode(ws)}")
         model = server_model(config)
         if args.task:
-            answer = run(session, args.task, model, ws)
-            save_session(session, config, folder)
+            try:  # saved before every request, and at the end whatever the end: an answer, an error, Ctrl-C
+                answer = run(session, args.task, saving(model, session, config, path), ws)
+            finally:
+                save_session(session, config, path)
             finish(session, answer)
         else:
-            repl(session, config, model, ws, folder)
+            repl(session, config, model, ws, path)
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -1348,6 +1375,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `python tiny_agent.py ... | head`: the reader left, nothing to say
         sys.stdout = None
         return 0
+
+
+def saving(model: Callable, session: Session, config: Config, path: Path) -> Callable:
+    """The model, with the session saved before each request: a run that dies keeps its turns."""
+    def call(messages: list[dict], tools: list[dict]) -> dict:
+        save_session(session, config, path)
+        return model(messages, tools)
+    return call
 
 
 def shell_mode(ws: Workspace) -> str:
@@ -1539,7 +1574,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
     with demo_copy() as folder:
         ws = Workspace(folder)
         records = records_folder(HERE, label="demo")
-        saved = read_session(records) if args.resume else None
+        path, saved, lock = start_records(records, args.resume)  # noqa: F841  the lock is held while it runs
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])
         session = new_session(config, summarize_offline, archive_dir=records / "archive", ws=ws)
@@ -1548,7 +1583,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
             resume_session(session, saved)
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
         shown = replace(config, model="the offline demo model")
-        repl(session, shown, DemoModel(window=config.context_window), ws, records)
+        repl(session, shown, DemoModel(window=config.context_window), ws, path)
     return 0
 
 
