@@ -284,11 +284,10 @@ class Workspace:
         if not parts:
             raise ToolError(f"path {relative!r} is the workspace folder itself, not a file")
         target = self.root.resolve().joinpath(*parts)
-        if any(target == p or p in target.parents for p in self.protected):
+        if any(target == p.resolve() or p.resolve() in target.parents for p in self.protected):
             raise ToolError(f"path {relative!r} is the agent's own record and cannot be touched")
-        if writing and (parts[-1:] == [".env"] or ".git" in parts):
-            raise ToolError(f"path {relative!r} holds settings ({parts[-1] if parts[-1:] == ['.env'] else '.git'}) "
-                            "that only the user changes")
+        if writing and (parts[-1] == ".env" or ".git" in parts):
+            raise ToolError(f"path {relative!r} is the user's settings (.env, .git): only the user changes them")
         return parts
 
 
@@ -313,7 +312,7 @@ READ_ONLY = {
     **dict.fromkeys("ls cat head tail wc grep pwd echo true false exit stat du which cut tr diff basename dirname "
                     "realpath".split(), ".*"),
     "find": without("-delete", "-exec", "-ok", "-fprint", "-fls"), "sort": without("-[^-\0]*o", "--o", "--c"),
-    "rg": without("--pre"), "tree": without("-[^-\0]*[oR]"), "file": without("-[^-\0]*C", "--c"),
+    "rg": without("--pre", "--hostname-bin"), "tree": without("-[^-\0]*[oR]"), "file": without("-[^-\0]*C", "--c"),
     "uniq": r"(-[^\0]*\0)*[^\0]*",  # one file at most: a second one is where uniq writes
     "sed": r"((-n|-E|-r)\0)*((\d+|\$)(,(\d+|\$))?p|s/([^/\\\0]|\\.)*/([^/\\\0]|\\.)*/[gpI\d]*)(\0[^-][^\0]*)*",
     "git": r"(status|diff|log|show)(\0(?!--output)[^\0]*)*",
@@ -321,13 +320,15 @@ READ_ONLY = {
 HARMLESS_REDIRECTS = {"<": ".+", ">": "/dev/null", ">>": "/dev/null", "&>": "/dev/null", ">&": r"\d|-", "<&": r"\d|-"}
 # bash's operators, and its words: unquoted characters, escapes and quoted strings, unquoted later
 SHELL_TOKEN = re.compile(r"""[ \t]*(?:([;&|<>()\n]+)|((?:[^\s;&|<>()'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+))""", re.S)
+QUOTED = re.compile(r"""'[^']*'|"(?:[^"\\]|\\.)*"|\\.""")
 
 
 def needs_asking(command: str) -> str | None:
     """Why `command` is asked before it runs, or None when it is known to be harmless: split at
     ; && || | & and newlines, each part a program of READ_ONLY with arguments it allows, and
-    nothing redirected into a file, substituted or run in a subshell."""
-    text, part, at = command.rstrip(" \t") + ";", [], 0
+    nothing redirected into a file, substituted or run in a subshell. The arguments of a program
+    with options to refuse must not expand (a file named -delete matches `*`)."""
+    text, part, expands, at = command.rstrip(" \t") + ";", [], False, 0
     while at < len(text):
         token = SHELL_TOKEN.match(text, at)
         if not token:
@@ -336,13 +337,15 @@ def needs_asking(command: str) -> str | None:
         if word and ("$(" in word or "`" in word):
             return "it runs a command inside another"
         if word:
+            expands = expands or bool(part) and ("$" in word or bool(set(QUOTED.sub("", word)) & set("*?[{")))
             part.append(shlex.split(word)[0])
         elif set(operator) <= set(";&|\n"):  # the end of a part
             if part and part[0] not in READ_ONLY:
                 return f"`{part[0]}` is not a known read-only program"
-            if part and not re.fullmatch(READ_ONLY[part[0]], "\0".join(part[1:]), re.S):
+            if part and (not re.fullmatch(READ_ONLY[part[0]], "\0".join(part[1:]), re.S)
+                         or expands and READ_ONLY[part[0]] != ".*"):
                 return f"`{part[0]}` with these arguments may change files or run a program"
-            part = []
+            part, expands = [], False
         else:  # a redirection or a subshell: harmless only when it names what HARMLESS_REDIRECTS allows
             target = SHELL_TOKEN.match(text, at)
             if not (target and target[2] and re.fullmatch(HARMLESS_REDIRECTS.get(operator, "(?!)"),
@@ -407,32 +410,42 @@ def bash(ws: Workspace, command: str) -> str:
     proc = subprocess.Popen(shell_argv(ws, command), cwd=ws.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, env=command_env(ws, marker))
     try:
-        head, tail, dropped, code = read_bounded(proc, ws.timeout)
+        head, tail, dropped, code = read_bounded(proc, ws.timeout, lambda: stop_all(proc, marker))
     finally:
         stop_all(proc, marker)
+        proc.stdout.close()
     if code is None:
         raise ToolError(f"the command ran longer than {ws.timeout:g} s and was stopped: {command}")
     return cap(f"exit code {code}\n".encode() + head, tail, dropped)
 
 
-def read_bounded(proc: subprocess.Popen, timeout: float, limit: int = OUTPUT_CAP):
+def read_bounded(proc: subprocess.Popen, timeout: float, stop: Callable[[], None], limit: int = OUTPUT_CAP):
     """(head, tail, bytes dropped between them, exit code or None at the timeout): the output read
-    as it comes, never more than `limit` bytes of it kept. Once the command exits, what is already
-    in the pipe is read and a background job's later output is not waited for."""
+    as it comes, never more than `limit` bytes of it kept. When the command exits or times out,
+    `stop` ends all it started, and what is left in the pipe is read without waiting for more."""
     head, tail, dropped, half = b"", b"", 0, limit // 2
     deadline, fd = time.monotonic() + timeout, proc.stdout.fileno()
-    while time.monotonic() < deadline:
-        exited = proc.poll() is not None
-        if select.select([fd], [], [], 0 if exited else min(0.1, max(0, deadline - time.monotonic())))[0]:
+
+    def keep(chunk: bytes) -> None:
+        nonlocal head, tail, dropped
+        room = max(0, half - len(head))
+        head, tail = head + chunk[:room], tail + chunk[room:]
+        dropped, tail = dropped + max(0, len(tail) - half), tail[-half:]
+    while proc.poll() is None and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.1)[0]:
             chunk = os.read(fd, 65536)
-            if chunk:
-                room = max(0, half - len(head))
-                head, tail = head + chunk[:room], tail + chunk[room:]
-                dropped, tail = dropped + max(0, len(tail) - half), tail[-half:] if len(tail) > half else tail
-                continue
-        if exited:
-            return head, tail, dropped, proc.returncode
-    return head, tail, dropped, None
+            keep(chunk)
+            if not chunk:  # the command closed its output and runs on: wait for it, within the timeout
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+    code = proc.poll()
+    stop()
+    for _ in range(64):  # at most a full pipe is left once every writer is stopped
+        chunk = os.read(fd, 65536) if select.select([fd], [], [], 0)[0] else b""
+        if not chunk:
+            break
+        keep(chunk)
+    return head, tail, dropped, code
 
 
 def stop_all(proc: subprocess.Popen, marker: str) -> None:
@@ -454,7 +467,6 @@ def stop_all(proc: subprocess.Popen, marker: str) -> None:
             except (OSError, ValueError):
                 pass
     proc.wait()
-    proc.stdout.close()
 
 
 def open_folder(ws: Workspace, parts: list[str], create: bool = False) -> int:
