@@ -1329,7 +1329,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repl", action="store_true",
                    help="with --demo: a REPL driven by the demo model, on a temporary copy")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
-    p.add_argument("--yes", action="store_true", help="run commands that could destroy files without asking")
+    p.add_argument("--yes", action="store_true", help="run every command without asking, not only the known read-only ones")
     p.add_argument("--resume", action="store_true", help="continue the session saved for this workspace")
     p.add_argument("--precise-tools", help="comma-separated tools whose results are never compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
@@ -1358,7 +1358,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = records_folder(workspace)
         ws = Workspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal, protected=(folder,),
                        timeout=config.bash_timeout)
-        path, saved, lock = start_records(folder, args.resume)  # noqa: F841  the lock is held while main runs
+        path, saved, lock = start_records(folder, args.resume)  # the lock is held while main runs
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
@@ -1400,7 +1400,7 @@ def saving(model: Callable, session: Session, config: Config, path: Path) -> Cal
 def shell_mode(ws: Workspace) -> str:
     if ws.sandbox:
         return "bash runs inside bubblewrap: only the workspace is writable, no network"
-    return "bash is NOT confined (install bubblewrap to confine it); commands that could destroy files are asked about"
+    return "bash is NOT confined (install bubblewrap to confine it); commands not known to be read-only are asked about"
 
 
 def diagnose(error: Exception, config: Config) -> str:
@@ -1586,7 +1586,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
     with demo_copy() as folder:
         ws = Workspace(folder)
         records = records_folder(HERE, label="demo")
-        path, saved, lock = start_records(records, args.resume)  # noqa: F841  the lock is held while it runs
+        path, saved, lock = start_records(records, args.resume)  # the lock is held while it runs
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])
         session = new_session(config, summarize_offline, archive_dir=records / "archive", ws=ws)
