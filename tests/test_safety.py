@@ -453,6 +453,17 @@ def test_under_bubblewrap_no_command_reads_the_records_or_sees_the_key(tmp_path,
     assert (folder / f"session-{KEY}.json").read_text() == f"RECORD {KEY}"
 
 
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False], ids=["bubblewrap", "unconfined"])
+def test_a_command_gets_an_environment_built_from_nothing(tmp_path, monkeypatch, sandbox):
+    for name, value in {"OPENAI_API_KEY": KEY, "MODEL": "secret-model", "BASH_ENV": "/tmp/evil"}.items():
+        monkeypatch.setenv(name, value)
+    result = run_tool(Workspace(tmp_path, sandbox=sandbox), "bash", json.dumps({"command": "env"}))
+    names = {line.split("=", 1)[0] for line in result.splitlines()[1:]}
+    assert names <= {"PATH", "LANG", "TERM", "HOME", "TINY_AGENT_COMMAND", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0",
+                     "GIT_CONFIG_VALUE_0", "PWD", "SHLVL", "_"}, names
+    assert KEY not in result and "secret-model" not in result
+
+
 @needs_bwrap
 def test_under_bubblewrap_only_the_workspace_is_writable_and_tmp_is_its_own(tmp_path):
     root = tmp_path / "ws"
