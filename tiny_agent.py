@@ -337,7 +337,8 @@ def needs_asking(command: str) -> str | None:
         if word and ("$(" in word or "`" in word):
             return "it runs a command inside another"
         if word:
-            expands = expands or bool(part) and ("$" in word or bool(set(QUOTED.sub("", word)) & set("*?[{")))
+            unquoted = QUOTED.sub(lambda q: q[0] if q[0][0] == '"' else "", word)  # "$x" expands, '$x' not
+            expands = expands or bool(part) and ("$" in unquoted or bool(set(QUOTED.sub("", word)) & set("*?[{")))
             part.append(shlex.split(word)[0])
         elif set(operator) <= set(";&|\n"):  # the end of a part
             if part and part[0] not in READ_ONLY:

@@ -353,6 +353,7 @@ DESTRUCTIVE = [
     "cat <(rm f)", "ls > f", "ls 2> f", "ls &> f", "ls >& f", "ls >> f", "sed -n 'w f' other", "sed 's/a/b/w f' other",
     "sed e other", "find . -name f -delete", "find . -name f -exec rm {} +", "find . -name f -execdir rm {} +",
     "find . -fprint f", "find . -name f -*", "find .${IFS}-name${IFS}f${IFS}-delete", "find . -name f -{delete,print}",
+    'find . -name f "${x:--delete}"',
     "git diff --output=f", "uniq other f", "ls\nrm f", "ls & rm f", "false || rm f", "(rm f)",
 ]
 
@@ -404,7 +405,7 @@ def test_each_of_those_commands_is_asked_and_does_change_a_file_when_allowed(vic
 
 READ_ONLY_COMMANDS = ["ls -la", "cat f | head -1", "wc -l < f; grep -n alpha f", "find . -name '*.sh' | sort",
                       "git status --short", "git diff", "git log --oneline", "git show --stat", "pwd", "echo rm f",
-                      "sed -n 1p f", "sed 's/alpha/beta/g' f", "sort f", "tail -1 f 2>&1", "stat f > /dev/null",
+                      "sed -n 1p f", "sed -n '$p' f", "sed 's/alpha/beta/g' f", "sort f", "tail -1 f 2>&1", "stat f > /dev/null",
                       "du -s d", "cut -c1-3 f", "tr a b < f", "diff f other; true", "uniq f", "file f", "which ls",
                       "grep -cE 'a(lpha)*' f"]
 
