@@ -368,11 +368,8 @@ def shell_argv(ws: Workspace, command: str) -> list[str]:
     root = ws.root.resolve()
     argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
             "--tmpfs", "/tmp"]
-    for folder in SYSTEM_FOLDERS:
-        if os.path.islink(folder):
-            argv += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            argv += ["--ro-bind", folder, folder]
+    for folder in filter(os.path.exists, SYSTEM_FOLDERS):
+        argv += ["--symlink", os.readlink(folder), folder] if os.path.islink(folder) else ["--ro-bind", folder, folder]
     argv += ["--bind", str(root), str(root)]
     if (root / ".env").is_file():
         argv += ["--ro-bind", str(root / ".env"), str(root / ".env")]
@@ -452,21 +449,16 @@ def read_bounded(proc: subprocess.Popen, timeout: float, stop: Callable[[], None
 def stop_all(proc: subprocess.Popen, marker: str) -> None:
     """Stop the command and every process it started: its process group, and any process that left
     the group (setsid, a double fork) but still carries the command's marker in its environment."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     found = True
-    while found:
+    while found:  # until a pass finds none: one killed while the pass ran may have started another
         found = False
         for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    if f"TINY_AGENT_COMMAND={marker}".encode() in f.read().split(b"\0"):
-                        os.kill(int(pid), signal.SIGKILL)
-                        found = True
-            except (OSError, ValueError):
-                pass
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+                if f"TINY_AGENT_COMMAND={marker}".encode() in f.read().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+                    found = True
     proc.wait()
 
 
