@@ -18,16 +18,20 @@ OPENAI_BASE_URL (in the shell or in .env) to use a real model.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import inspect
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
-import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -226,7 +230,8 @@ def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECE
 
 # --- Tools: bash and three file tools, all confined to one workspace folder (lesson 02) ------
 
-OUTPUT_CAP = 10_000
+OUTPUT_CAP = 10_000  # bytes of a file or a command's output the model sees: the head and the tail
+BASH_TIMEOUT = 30.0  # seconds a command may run (BASH_TIMEOUT in .env)
 
 
 def tolerant_stdin() -> None:
@@ -236,99 +241,119 @@ def tolerant_stdin() -> None:
         sys.stdin.reconfigure(errors="surrogateescape")
 
 
-def ask_on_terminal(question: str) -> bool:
-    """Ask y/N on the terminal; without one, or on Ctrl-C or Ctrl-D, the answer is no."""
+def ask_on_terminal(question: str) -> str:
+    """y, n or a (yes to this command for the rest of the session); without a terminal, or on
+    Ctrl-C or Ctrl-D, the answer is n."""
     if not sys.stdin.isatty():
-        return False
+        return "n"
     tolerant_stdin()
     try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+        answer = input(f"{question} [y/N/a] ").strip().lower()
+        return "y" if answer in ("y", "yes") else "a" if answer in ("a", "always") else "n"
     except (EOFError, KeyboardInterrupt):
         print()
-        return False
+        return "n"
 
 
 @dataclass
 class Workspace:
-    """The folder the tools may touch; `approve` decides on commands that could destroy files."""
+    """The folder the tools may touch; `approve` answers y, n or a for a command not known to be
+    harmless, and the commands answered a are run unasked for the rest of the session."""
 
     root: Path
-    approve: Callable[[str], bool] = ask_on_terminal
-    timeout: float = 30.0  # seconds a shell command may run
+    approve: Callable[[str], str] = ask_on_terminal
+    timeout: float = BASH_TIMEOUT
     sandbox: bool = field(default_factory=lambda: shutil.which("bwrap") is not None)  # bash inside bwrap
-    protected: tuple[Path, ...] = ()  # the agent's own records, when they lie inside: never touched
+    protected: tuple[Path, ...] = ()  # the agent's own records: never touched, hidden from commands
     archive: object = None  # compact.Archive, which the recall tool reads (Layer 2)
+    allowed: set[str] = field(default_factory=set)  # commands answered a
 
-    def path(self, relative: str) -> Path:
-        """Resolve a path the model gave, refusing absolute paths, `..` and symlinks that lead out."""
-        if not isinstance(relative, str) or not relative or Path(relative).is_absolute():
+    def path(self, relative: str, writing: bool = False) -> list[str]:
+        """The folders and the name of a path the model gave, `..` resolved by name: refused when
+        absolute, outside, the agent's records, or (for writing) .env or inside .git."""
+        if not isinstance(relative, str) or not relative or relative.startswith("/"):
             raise ToolError(f"path {relative!r} must be relative to the workspace")
-        root = self.root.resolve()
-        resolved = (root / relative).resolve()
-        if resolved != root and root not in resolved.parents:
-            raise ToolError(f"path {relative!r} leads outside the workspace")
-        if any(resolved == p or p in resolved.parents for p in self.protected):
+        parts: list[str] = []
+        for name in relative.split("/"):
+            if name == "..":
+                if not parts:
+                    raise ToolError(f"path {relative!r} leads outside the workspace")
+                parts.pop()
+            elif name not in ("", "."):
+                parts.append(name)
+        if not parts:
+            raise ToolError(f"path {relative!r} is the workspace folder itself, not a file")
+        target = self.root.resolve().joinpath(*parts)
+        if any(target == p.resolve() or p.resolve() in target.parents for p in self.protected):
             raise ToolError(f"path {relative!r} is the agent's own record and cannot be touched")
-        return resolved
+        if writing and (parts[-1] == ".env" or ".git" in parts):
+            raise ToolError(f"path {relative!r} is the user's settings (.env, .git): only the user changes them")
+        return parts
 
 
 class ToolError(Exception):
     """A tool call that cannot run; its message goes back to the model as the result."""
 
 
-def cap(text: str, limit: int = OUTPUT_CAP) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[… {len(text) - limit:,} chars cut …]\n{text[-half:]}"
+def cap(head: bytes, tail: bytes = b"", dropped: int = 0) -> str:
+    """What the model sees of a long text: its head, how much was cut, its tail."""
+    cut = f"\n[… {dropped:,} bytes cut …]\n" if dropped else ""
+    return (head + cut.encode() + tail).decode("utf-8", errors="replace")
 
 
-# What could destroy files, the workspace or the machine, command by command (lesson 02, README
-# "The shell"): each rule names what it catches. A command is split at ; && || | and newlines,
-# and read word by word after any sudo/env/xargs/nice/time prefix.
-DESTRUCTIVE = {
-    "rm": "deletes files", "rmdir": "deletes folders", "unlink": "deletes a file", "shred": "destroys files",
-    "truncate": "empties files", "mkfs": "formats a disk", "dd": "writes raw bytes", "shutdown": "stops the machine",
-    "reboot": "restarts the machine", "sudo": "runs as root", "su": "runs as another user",
+# Programs that only read and print. A command runs unasked only when each of its parts is one of
+# them with arguments that match its pattern (joined by NUL): the options that would write, delete
+# or run another program are left out. Everything else is asked (README "What bash may do").
+def without(*options: str) -> str:
+    return rf"(?!(.*\0)?({'|'.join(options)})).*"
+
+
+READ_ONLY = {
+    **dict.fromkeys("ls cat head tail wc grep pwd echo true false exit stat du which cut tr diff basename dirname "
+                    "realpath".split(), ".*"),
+    "find": without("-delete", "-exec", "-ok", "-fprint", "-fls"), "sort": without("-[^-\0]*o", "--o", "--c"),
+    "rg": without("--pre", "--hostname-bin"), "tree": without("-[^-\0]*[oR]"), "file": without("-[^-\0]*C", "--c"),
+    "uniq": r"(-[^\0]*\0)*[^\0]*",  # one file at most: a second one is where uniq writes
+    "sed": r"((-n|-E|-r)\0)*((\d+|\$)(,(\d+|\$))?p|s/([^/\\\0]|\\.)*/([^/\\\0]|\\.)*/[gpI\d]*)(\0[^-][^\0]*)*",
+    "git": r"(status|diff|log|show)(\0(?!--output)[^\0]*)*",
 }
-PREFIXES = {"env", "xargs", "nice", "nohup", "time", "command", "exec", "builtin", "doas"}
-SEGMENT = re.compile(r";|&&|\|\||\||\n|\$\(|`|\(|\)|&")
+HARMLESS_REDIRECTS = {"<": ".+", ">": "/dev/null", ">>": "/dev/null", "&>": "/dev/null", ">&": r"\d|-", "<&": r"\d|-"}
+# bash's operators, and its words: unquoted characters, escapes and quoted strings, unquoted later
+SHELL_TOKEN = re.compile(r"""[ \t]*(?:([;&|<>()\n]+)|((?:[^\s;&|<>()'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+))""", re.S)
+QUOTED = re.compile(r"""'[^']*'|"(?:[^"\\]|\\.)*"|\\.""")
 
 
-def destructive(command: str) -> str | None:
-    """Why a shell command could destroy files (or more), or None. Deleting anything in the
-    workspace counts: the user says yes to it first (lesson 02)."""
-    if re.search(r"\b(curl|wget)\b[^|]*\|\s*(sudo\s+)?(ba|z|da)?sh\b", command):
-        return "runs a downloaded script"
-    if re.search(r":\(\)\s*\{|>\s*/dev/(sd|nvme|hd)|\bchmod\s+-R\b|\bchown\s+-R\b", command):
-        return "changes the machine itself"
-    for segment in SEGMENT.split(command):
-        try:
-            words = shlex.split(segment, comments=True)
-        except ValueError:  # an unbalanced quote: read it word by word all the same
-            words = segment.split()
-        words = [w for w in words if not re.fullmatch(r"\w+=.*", w)]  # FOO=bar before the command
-        for i, word in enumerate(words):
-            name = word.rsplit("/", 1)[-1].split(".")[0]  # /bin/rm, mkfs.ext4
-            if name in DESTRUCTIVE:
-                return f"`{name}` {DESTRUCTIVE[name]}"
-            rest = words[i + 1:]
-            if name == "find" and any(w in ("-delete", "-exec", "-execdir", "-ok") for w in rest):
-                return "`find` deletes or runs commands on what it finds"
-            if name == "git" and git_discards(rest):
-                return "`git` discards files or changes"
-            if name not in PREFIXES and not name.startswith("-"):
-                break  # the command word was not destructive; its arguments are not commands
+def needs_asking(command: str) -> str | None:
+    """Why `command` is asked before it runs, or None when it is known to be harmless: split at
+    ; && || | & and newlines, each part a program of READ_ONLY with arguments it allows, and
+    nothing redirected into a file, substituted or run in a subshell. The arguments of a program
+    with options to refuse must not expand (a file named -delete matches `*`)."""
+    text, part, expands, at = command.rstrip(" \t") + ";", [], False, 0
+    while at < len(text):
+        token = SHELL_TOKEN.match(text, at)
+        if not token:
+            return "it cannot be read word by word"
+        at, operator, word = token.end(), token[1], token[2]
+        if word and ("$(" in word or "`" in word):
+            return "it runs a command inside another"
+        if word:
+            unquoted = QUOTED.sub(lambda q: q[0] if q[0][0] == '"' else "", word)  # "$x" expands, '$x' not
+            expands = expands or bool(part) and ("$" in unquoted or bool(set(QUOTED.sub("", word)) & set("*?[{")))
+            part.append(shlex.split(word)[0])
+        elif set(operator) <= set(";&|\n"):  # the end of a part
+            if part and part[0] not in READ_ONLY:
+                return f"`{part[0]}` is not a known read-only program"
+            if part and (not re.fullmatch(READ_ONLY[part[0]], "\0".join(part[1:]), re.S)
+                         or expands and READ_ONLY[part[0]] != ".*"):
+                return f"`{part[0]}` with these arguments may change files or run a program"
+            part, expands = [], False
+        else:  # a redirection or a subshell: harmless only when it names what HARMLESS_REDIRECTS allows
+            target = SHELL_TOKEN.match(text, at)
+            if not (target and target[2] and re.fullmatch(HARMLESS_REDIRECTS.get(operator, "(?!)"),
+                                                          shlex.split(target[2])[0])):
+                return f"`{operator}` writes to a file or runs a subshell"
+            at = target.end()
     return None
-
-
-def git_discards(args: list[str]) -> bool:
-    """git clean, git rm, git restore, git reset --hard, git checkout -f or of paths (`--`, `.`)."""
-    while args[:1] and args[0].startswith("-"):  # git's own options: -C DIR, -c KEY=VALUE, --no-pager
-        args = args[2:] if args[0] in ("-C", "-c") else args[1:]
-    sub = args[0] if args else ""
-    return (sub in ("clean", "rm", "restore") or (sub == "reset" and "--hard" in args)
-            or (sub == "checkout" and bool({"--", ".", "-f", "--force"} & set(args))))
 
 
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
@@ -336,85 +361,211 @@ SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "
 
 def shell_argv(ws: Workspace, command: str) -> list[str]:
     """bash, inside bubblewrap when the workspace is sandboxed: the system folders read-only, the
-    workspace the one writable folder (the agent's records, when inside it, read-only), no network,
-    no other process visible."""
+    workspace the one writable folder (its .env read-only, the agent's records hidden), a private
+    /tmp, no network, no other process visible, and `command_env` as its whole environment."""
     if not ws.sandbox:
         return ["bash", "-c", command]
-    root = str(ws.root.resolve())
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for folder in SYSTEM_FOLDERS:
-        if os.path.islink(folder):
-            argv += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            argv += ["--ro-bind", folder, folder]
-    argv += ["--bind", root, root]
+    root = ws.root.resolve()
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp"]
+    for folder in filter(os.path.exists, SYSTEM_FOLDERS):
+        argv += ["--symlink", os.readlink(folder), folder] if os.path.islink(folder) else ["--ro-bind", folder, folder]
+    argv += ["--bind", str(root), str(root)]
+    if (root / ".env").is_file():
+        argv += ["--ro-bind", str(root / ".env"), str(root / ".env")]
     for kept in ws.protected:
-        if kept.exists():
-            argv += ["--ro-bind", str(kept), str(kept)]
-    return argv + ["--chdir", root, "--setenv", "HOME", root, "bash", "-c", command]
+        if root in kept.parents and kept.is_dir():
+            argv += ["--tmpfs", str(kept)]
+    return argv + ["--remount-ro", "/", "--chdir", str(root), "bash", "-c", command]
+
+
+def command_env(ws: Workspace, marker: str) -> dict[str, str]:
+    """A command's whole environment, built from nothing: never the API key or another setting.
+    `marker` finds every process the command starts (stop_all)."""
+    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if p.startswith("/") and ws.root.resolve() != Path(p) and ws.root.resolve() not in Path(p).parents]
+    return {"PATH": os.pathsep.join(path), "LANG": os.environ.get("LANG", "C.UTF-8"), "TERM": "dumb",
+            "HOME": "/tmp" if ws.sandbox else os.environ.get("HOME", "/"), "TINY_AGENT_COMMAND": marker,
+            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.bareRepository", "GIT_CONFIG_VALUE_0": "explicit"}
 
 
 def bash(ws: Workspace, command: str) -> str:
-    """Run a shell command in the workspace: asked first when it could destroy files, no terminal
-    input, its own process group (all of it is stopped at the timeout or when it ends), a capped
-    output."""
+    """Run a shell command in the workspace: asked first unless it is known to be harmless, no
+    terminal input, its output bounded as it is read, and every process it started stopped at the
+    end or at the timeout."""
     if "\0" in command:
         raise ValueError("embedded null byte")
     named = any(str(p.parent) in command for p in ws.protected)
     if named or re.search(r"\.local/state/tiny-agent|XDG_STATE_HOME", command):
         raise ToolError("the agent's own records (its session and archive) cannot be touched by a command")
-    why = destructive(command)
-    if why and not ws.approve(f"[tool] {printable(command, 200)} ({why}): run it?"):
+    why = None if command in ws.allowed else needs_asking(command)
+    answer = ws.approve(f"[tool] {printable(command, 200)} ({why}): run it?") if why else "y"
+    if answer == "a":
+        ws.allowed.add(command)
+    elif answer != "y":
         raise ToolError(f"the user did not allow this command ({why}): {command}")
-    with tempfile.TemporaryFile() as output:
-        proc = subprocess.Popen(shell_argv(ws, command), cwd=ws.root, stdin=subprocess.DEVNULL, stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(timeout=ws.timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            stop_group(proc)
-        output.seek(0)
-        text = output.read().decode("utf-8", errors="replace")
+    marker = os.urandom(8).hex()
+    proc = subprocess.Popen(shell_argv(ws, command), cwd=ws.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, env=command_env(ws, marker))
+    try:
+        head, tail, dropped, code = read_bounded(proc, ws.timeout, lambda: stop_all(proc, marker))
+    finally:
+        stop_all(proc, marker)
+        proc.stdout.close()
     if code is None:
         raise ToolError(f"the command ran longer than {ws.timeout:g} s and was stopped: {command}")
-    return cap(f"exit code {code}\n{text}")
+    return cap(f"exit code {code}\n".encode() + head, tail, dropped)
 
 
-def stop_group(proc: subprocess.Popen) -> None:
-    """Stop the command and everything it started, background jobs included."""
-    try:
+def read_bounded(proc: subprocess.Popen, timeout: float, stop: Callable[[], None], limit: int = OUTPUT_CAP):
+    """(head, tail, bytes dropped between them, exit code or None at the timeout): the output read
+    as it comes, never more than `limit` bytes of it kept. When the command exits or times out,
+    `stop` ends all it started, and what is left in the pipe is read without waiting for more."""
+    head, tail, dropped, half = b"", b"", 0, limit // 2
+    deadline, fd = time.monotonic() + timeout, proc.stdout.fileno()
+
+    def keep(chunk: bytes) -> None:
+        nonlocal head, tail, dropped
+        room = max(0, half - len(head))
+        head, tail = head + chunk[:room], tail + chunk[room:]
+        dropped, tail = dropped + max(0, len(tail) - half), tail[-half:]
+    while proc.poll() is None and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.1)[0]:
+            chunk = os.read(fd, 65536)
+            keep(chunk)
+            if not chunk:  # the command closed its output and runs on: wait for it, within the timeout
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+    code = proc.poll()
+    stop()
+    for _ in range(64):  # at most a full pipe is left once every writer is stopped
+        chunk = os.read(fd, 65536) if select.select([fd], [], [], 0)[0] else b""
+        if not chunk:
+            break
+        keep(chunk)
+    return head, tail, dropped, code
+
+
+def stop_all(proc: subprocess.Popen, marker: str) -> None:
+    """Stop the command and every process it started: its process group, and any process that left
+    the group (setsid, a double fork) but still carries the command's marker in its environment."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    found = True
+    while found:  # until a pass finds none: one killed while the pass ran may have started another
+        found = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+                if f"TINY_AGENT_COMMAND={marker}".encode() in f.read().split(b"\0"):
+                    os.kill(int(pid), signal.SIGKILL)
+                    found = True
     proc.wait()
 
 
+def open_folder(ws: Workspace, parts: list[str], create: bool = False) -> int:
+    """The folder holding the path `parts`, opened name by name from the workspace root without
+    following a symbolic link, so a folder swapped for a link midway leads nowhere outside."""
+    fd = os.open(ws.root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in parts[:-1]:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+            folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = folder
+        return fd
+    except OSError as error:
+        os.close(fd)
+        raise refusal("/".join(parts), error) from None
+
+
+def refusal(path: str, error: OSError) -> ToolError:
+    """What the model is told when a path cannot be opened, in its words."""
+    if error.errno in (errno.ELOOP, errno.ENOTDIR):
+        return ToolError(f"path {path!r} goes through a symbolic link (never followed) or a file")
+    return ToolError(f"no file at {path}" if error.errno == errno.ENOENT else f"{path}: {error.strerror}")
+
+
+def open_file(ws: Workspace, path: str) -> tuple[int, int]:
+    """(descriptor, size) of a regular file, opened without blocking (a FIFO never hangs) and
+    without following a symbolic link; anything else is refused before it is read."""
+    parts = ws.path(path)
+    folder = open_folder(ws, parts)
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=folder)
+    except OSError as error:
+        raise refusal(path, error) from None
+    finally:
+        os.close(folder)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ToolError(f"{path} is not a regular file" + (" (a folder)" if stat.S_ISDIR(info.st_mode) else ""))
+    return fd, info.st_size
+
+
 def read_file(ws: Workspace, path: str) -> str:
-    target = ws.path(path)
-    if not target.is_file():
-        raise ToolError(f"no file at {path}")
-    return cap(target.read_text(encoding="utf-8", errors="replace"))
+    """A text file's head and tail within the cap, read without reading the rest."""
+    fd, size = open_file(ws, path)
+    try:
+        half = OUTPUT_CAP // 2
+        head = os.pread(fd, OUTPUT_CAP if size <= OUTPUT_CAP else half, 0)
+        tail = os.pread(fd, half, size - half) if size > OUTPUT_CAP else b""
+    finally:
+        os.close(fd)
+    if b"\0" in head + tail:
+        return f"{path} is a binary file ({size:,} bytes); it is not shown"
+    return cap(head, tail, max(0, size - OUTPUT_CAP))
 
 
 def write_file(ws: Workspace, path: str, content: str) -> str:
-    target = ws.path(path)
     data = content.encode("utf-8")  # fails here, on a lone surrogate, before the file is touched
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+    replace_file(ws, path, data)
     return f"wrote {len(content):,} chars to {path}"
+
+
+def replace_file(ws: Workspace, path: str, data: bytes) -> None:
+    """Write a temporary file beside the target and rename it over the target: never through a
+    hard link or into a FIFO or device, never half-written."""
+    parts = ws.path(path, writing=True)
+    folder = open_folder(ws, parts, create=True)
+    temporary = f".{parts[-1]}.{os.urandom(4).hex()}.tmp"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"{path} is not a regular file")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=folder)
+        os.close(folder)
+
+
+EDIT_LIMIT = 5_000_000  # bytes: edit_file reads the whole file, so it refuses a larger one
+
+
+def whole_text(ws: Workspace, path: str, limit: int = EDIT_LIMIT) -> str:
+    """A file's whole text, strictly UTF-8 (never read_file's capped view), up to `limit` bytes."""
+    fd, size = open_file(ws, path)
+    try:
+        if size > limit:
+            raise ToolError(f"{path} is {size:,} bytes, too large to edit (at most {limit:,})")
+        return os.pread(fd, size, 0).decode("utf-8")
+    finally:
+        os.close(fd)
 
 
 def edit_file(ws: Workspace, path: str, old: str, new: str) -> str:
     """Replace one exact occurrence, so an ambiguous edit is refused rather than guessed."""
-    target = ws.path(path)
-    if not target.is_file():
-        raise ToolError(f"no file at {path}")
-    text = target.read_text(encoding="utf-8")  # the whole file, strictly: never read_file's capped view
+    text = whole_text(ws, path)
     if text.count(old) != 1:
         raise ToolError(f"`old` must occur exactly once in {path}; it occurs {text.count(old)} times")
-    target.write_bytes(text.replace(old, new).encode("utf-8"))
+    replace_file(ws, path, text.replace(old, new).encode("utf-8"))
     return f"edited {path}"
 
 
@@ -512,10 +663,11 @@ def one_task(argv: list[str] | None = None) -> int:
 # ════════════════════════════════════════════════════════════════════════════════════════════
 
 import argparse  # noqa: E402  each layer's imports stand at its start, so Layer 1 reads alone
+import fcntl  # noqa: E402
 import hashlib  # noqa: E402
 import importlib  # noqa: E402
+import tempfile  # noqa: E402
 import threading  # noqa: E402
-import time  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from dataclasses import asdict, replace  # noqa: E402
 
@@ -827,6 +979,7 @@ class Config:
     timeout: float = 120.0  # REQUEST_TIMEOUT: seconds to wait for one model reply
     max_output: int = 0  # MAX_OUTPUT_TOKENS: the reply's limit and the budget's reserve; 0: 1/8 of the window
     precise_tools: tuple[str, ...] = ()  # PRECISE_TOOLS, --precise-tools: results no step may compress
+    bash_timeout: float = BASH_TIMEOUT  # BASH_TIMEOUT: seconds a shell command may run
 
     @property
     def reserved_output(self) -> int:
@@ -849,6 +1002,7 @@ def load_config(env: dict | None = None, **overrides) -> Config:
               "context_window": whole_number(env, "CONTEXT_WINDOW", "128000", 1_000),
               "timeout": float(whole_number(env, "REQUEST_TIMEOUT", "120", 1)),
               "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0), "send_reasoning": reasoning in YES,
+              "bash_timeout": float(whole_number(env, "BASH_TIMEOUT", f"{BASH_TIMEOUT:.0f}", 1)),
               "precise_tools": tuple(t for t in re.split(r"[,\s]+", env.get("PRECISE_TOOLS") or "") if t)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     config = Config(**values)
@@ -931,15 +1085,14 @@ def new_session(config: Config, summarize: Callable | None = None, archive_dir=N
     return Session([{"role": "system", "content": SYSTEM_PROMPT}], compaction, config.max_iterations)
 
 
-def save_session(session: Session, config: Config, folder: Path) -> Path:
-    """Write the history, the strategy and the compaction's state atomically (a crash leaves the old
-    file whole), owner-only. No setting or key is written, only what the conversation holds."""
-    path = folder / "session.json"
+def save_session(session: Session, config: Config, path: Path) -> Path:
+    """Write the history, the strategy and the compaction's state to this run's own file,
+    atomically (a crash leaves the old file whole), owner-only. No setting or key is written."""
     c = session.compaction
     data = {"version": 2, "strategy": c.name, "messages": session.messages,
             "state": asdict(c.state) if c.state is not None else None,
             "archive": str(c.archive.path) if c.archive is not None else None}
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=".session-")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".session-")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, ensure_ascii=False)
         f.flush()
@@ -948,11 +1101,34 @@ def save_session(session: Session, config: Config, folder: Path) -> Path:
     return path
 
 
+def saved_sessions(folder: Path) -> list[Path]:
+    """The sessions saved for this workspace, one file a run, the last saved last."""
+    return sorted(folder.glob("session*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None, int | None]:
+    """This run's own session file (never one saved before), the saved session to continue, and a
+    lock on the records; one line when a saved session is not continued or another agent holds it."""
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        lock = None
+        print("[session] another agent is using this workspace's session: this run is saved in a file of its own")
+    saved = read_session(folder) if resume else None
+    earlier = saved_sessions(folder)
+    if earlier and not resume:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[-1].stat().st_mtime))
+        print(f"[session] this workspace has a session saved at {when}: it is kept, and --resume continues it")
+    return folder / f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", saved, lock
+
+
 def read_session(folder: Path) -> dict:
-    """The saved session, checked; a damaged file gets one line and is left as it is."""
-    path = folder / "session.json"
-    if not path.exists():
+    """The session saved last, checked; a damaged file gets one line and is left as it is."""
+    if not saved_sessions(folder):
         raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
+    path = saved_sessions(folder)[-1]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         check_messages(data["messages"])  # a list of dicts, each with a role a server knows
@@ -1014,7 +1190,7 @@ def pasting(wait: float = 0.05) -> bool:
     return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], wait)[0])
 
 
-def repl(session: Session, config: Config, model: Callable, ws: Workspace, folder: Path | None = None,
+def repl(session: Session, config: Config, model: Callable, ws: Workspace, path: Path | None = None,
          read=read_line) -> None:
     """Questions one after another; the history and the compaction's state carry across them. A
     turn that fails or is interrupted ends with one line, and the session goes on."""
@@ -1035,8 +1211,8 @@ def repl(session: Session, config: Config, model: Callable, ws: Workspace, folde
             config, done = command(session, config, line, ws)
         else:
             done = turn(session, config, line, model, ws)
-        if folder is not None and len(session.messages) > 1:
-            save_session(session, config, folder)  # after every turn and command, /compact and /strategy too
+        if path is not None and len(session.messages) > 1:
+            save_session(session, config, path)  # after every turn and command, /compact and /strategy too
         if done:
             return
 
@@ -1146,7 +1322,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repl", action="store_true",
                    help="with --demo: a REPL driven by the demo model, on a temporary copy")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
-    p.add_argument("--yes", action="store_true", help="run commands that could destroy files without asking")
+    p.add_argument("--yes", action="store_true", help="run every command without asking, not only the known read-only ones")
     p.add_argument("--resume", action="store_true", help="continue the session saved for this workspace")
     p.add_argument("--precise-tools", help="comma-separated tools whose results are never compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
@@ -1173,8 +1349,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo or not model_configured():
             return demo(args, config)
         folder = records_folder(workspace)
-        ws = Workspace(workspace, approve=(lambda _: True) if args.yes else ask_on_terminal, protected=(folder,))
-        saved = read_session(folder) if args.resume else None
+        ws = Workspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal, protected=(folder,),
+                       timeout=config.bash_timeout)
+        path, saved, lock = start_records(folder, args.resume)  # the lock is held while main runs
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
@@ -1186,11 +1363,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[shell] {shell_mode(ws)}")
         model = server_model(config)
         if args.task:
-            answer = run(session, args.task, model, ws)
-            save_session(session, config, folder)
+            try:  # saved before every request, and at the end whatever the end: an answer, an error, Ctrl-C
+                answer = run(session, args.task, saving(model, session, config, path), ws)
+            finally:
+                save_session(session, config, path)
             finish(session, answer)
         else:
-            repl(session, config, model, ws, folder)
+            repl(session, config, model, ws, path)
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -1203,10 +1382,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def saving(model: Callable, session: Session, config: Config, path: Path) -> Callable:
+    """The model, with the session saved before each request: a run that dies keeps its turns."""
+    def call(messages: list[dict], tools: list[dict]) -> dict:
+        save_session(session, config, path)
+        return model(messages, tools)
+    return call
+
+
 def shell_mode(ws: Workspace) -> str:
     if ws.sandbox:
         return "bash runs inside bubblewrap: only the workspace is writable, no network"
-    return "bash is NOT confined (install bubblewrap to confine it); commands that could destroy files are asked about"
+    return "bash is NOT confined (install bubblewrap to confine it); commands not known to be read-only are asked about"
 
 
 def diagnose(error: Exception, config: Config) -> str:
@@ -1392,7 +1579,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
     with demo_copy() as folder:
         ws = Workspace(folder)
         records = records_folder(HERE, label="demo")
-        saved = read_session(records) if args.resume else None
+        path, saved, lock = start_records(records, args.resume)  # the lock is held while it runs
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])
         session = new_session(config, summarize_offline, archive_dir=records / "archive", ws=ws)
@@ -1401,7 +1588,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
             resume_session(session, saved)
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
         shown = replace(config, model="the offline demo model")
-        repl(session, shown, DemoModel(window=config.context_window), ws, records)
+        repl(session, shown, DemoModel(window=config.context_window), ws, path)
     return 0
 
 
@@ -1490,8 +1677,7 @@ def ladder_compaction(config: Config, summarize: Callable, archive: Archive | No
 def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
     """A file's current text for the ladder to re-attach after a compaction, or None."""
     try:
-        target = ws.path(path)
-        return target.read_text(encoding="utf-8") if target.is_file() and target.stat().st_size <= max_chars else None
+        return whole_text(ws, path, max_chars)
     except (ToolError, OSError, ValueError):
         return None
 

@@ -114,13 +114,13 @@ def test_the_workspace_refuses_an_absolute_path_even_inside_it(ws):
     assert inside.is_file()
     with pytest.raises(tiny_agent.ToolError, match="must be relative to the workspace"):
         ws.path(str(inside))
-    assert ws.path("notes.txt") == inside  # the same file, named relative to the workspace, is fine
+    assert ws.path("notes.txt") == ["notes.txt"]  # the same file, named relative to the workspace, is fine
     result = tool(ws, "read_file", path=str(inside))
     assert result.startswith("error: ") and "alpha beta" not in result
 
 
 def test_a_command_over_the_timeout_is_stopped(ws):
-    ws.timeout = 0.2
+    ws.timeout, ws.allowed = 0.2, {"sleep 5"}
     assert tool(ws, "bash", command="sleep 5") == "error: the command ran longer than 0.2 s and was stopped: sleep 5"
 
 
@@ -128,40 +128,41 @@ def test_a_command_over_the_timeout_is_stopped(ws):
 def test_long_output_is_capped_keeping_head_and_tail(ws, name):
     (ws.root / "big.txt").write_text("HEAD" + "x" * 50_000 + "TAIL")
     result = tool(ws, name, **({"command": "cat big.txt"} if name == "bash" else {"path": "big.txt"}))
-    assert len(result) < OUTPUT_CAP + 100 and "chars cut" in result
+    assert len(result) < OUTPUT_CAP + 100 and "[… 40,008 bytes cut …]" in result  # 50,008 bytes, 10,000 kept
     assert "HEAD" in result and result.endswith("TAIL")
 
 
-# changed with the redesign: a command is read word by word (tiny_agent.destructive), so the word
-# `sudo` or `rm` as an argument of echo is no longer asked about; every rm, even of one file, is.
+# changed with issue 28: a command runs unasked only when it is known to be harmless (tiny_agent.needs_asking);
+# everything else is asked, and a no leaves the workspace as it was.
 @pytest.mark.parametrize("command, why", [
-    ("sudo true; echo ran > ran.txt", "`sudo` runs as root"),
-    ("rm -rf / ; echo ran > ran.txt", "`rm` deletes files"),
-    ("rm -f notes.txt && echo ran > ran.txt", "`rm` deletes files"),
+    ("sudo true; echo ran > ran.txt", "`sudo` is not a known read-only program"),
+    ("rm -rf / ; echo ran > ran.txt", "`rm` is not a known read-only program"),
+    ("rm -f notes.txt && echo ran > ran.txt", "`rm` is not a known read-only program"),
+    ("echo rm -rf / > ran.txt", "`>` writes to a file or runs a subshell"),
 ])
-def test_a_dangerous_command_is_refused_without_approval(tmp_path, command, why):
+def test_a_command_not_known_to_be_harmless_is_refused_without_approval(tmp_path, command, why):
     asked = []
-    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or False)
+    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or "n")
     (tmp_path / "notes.txt").write_text("kept\n")
     assert tool(ws, "bash", command=command) == f"error: the user did not allow this command ({why}): {command}"
     assert asked == [f"[tool] {command} ({why}): run it?"]
     assert not (tmp_path / "ran.txt").exists() and (tmp_path / "notes.txt").read_text() == "kept\n"
 
 
-@pytest.mark.parametrize("command", ["echo sudo > ran.txt", "echo rm -rf / > ran.txt"])
-def test_a_dangerous_word_as_an_argument_is_not_asked_about(tmp_path, command):
+@pytest.mark.parametrize("command", ["echo sudo", "echo rm -rf / 2>&1 | cat", "cat notes.txt > /dev/null"])
+def test_a_dangerous_word_as_an_argument_of_a_read_only_program_is_not_asked_about(tmp_path, command):
     asked = []
-    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or False)
-    assert tool(ws, "bash", command=command) == "exit code 0\n"
-    assert asked == [] and (tmp_path / "ran.txt").read_text() == command.split(" > ")[0][5:] + "\n"
+    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or "n")
+    (tmp_path / "notes.txt").write_text("kept\n")
+    assert tool(ws, "bash", command=command).startswith("exit code 0\n") and asked == []
 
 
-def test_a_dangerous_command_runs_when_approved(tmp_path):
+def test_a_command_runs_when_approved(tmp_path):
     asked = []
-    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or True)
+    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or "y")
     (tmp_path / "old.txt").write_text("old\n")
     assert tool(ws, "bash", command="rm old.txt && echo removed > ran.txt") == "exit code 0\n"
-    assert asked == ["[tool] rm old.txt && echo removed > ran.txt (`rm` deletes files): run it?"]
+    assert asked == ["[tool] rm old.txt && echo removed > ran.txt (`rm` is not a known read-only program): run it?"]
     assert not (tmp_path / "old.txt").exists() and (tmp_path / "ran.txt").read_text() == "removed\n"
 
 

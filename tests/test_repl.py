@@ -62,6 +62,12 @@ def records(workspace: Path) -> Path:
     return folder
 
 
+def latest(folder: Path) -> Path:
+    """The session file saved last in a records folder (each run keeps its own)."""
+    import tiny_agent
+    return tiny_agent.saved_sessions(folder)[-1]
+
+
 @pytest.fixture
 def server():
     """A threaded HTTP server of our own on 127.0.0.1 (a held request must not block the next)."""
@@ -324,7 +330,7 @@ def test_ctrl_c_during_a_tool_call_stops_bash_and_answers_every_call(server, ter
     calls = chat_response(tool_calls=[tool_call("call_sleep", "bash", command=f"sleep {token}"),
                                       tool_call("call_next", "write_file", path="never.txt", content="x")])
     script = Script(server, [chat_response("FIRST-ANSWER"), calls, chat_response("THIRD-ANSWER")])
-    t = terminal(script)
+    t = terminal(script, "--yes")  # `sleep` is not a read-only program: it would be asked
     t.ask("first question")
     t.at_prompt()
     t.send("second question")
@@ -521,7 +527,7 @@ def test_strategy_switches_for_the_rest_of_the_session(server, terminal, workspa
     assert "nothing to compact yet" in t.ask("/compact")  # none never compacts, even when asked
     assert "[strategy] layered from now on" in t.ask("/strategy layered")
     assert "agent> ANSWER-4" in t.ask("one more")
-    saved = json.loads((records(workspace) / "session.json").read_text())
+    saved = json.loads(latest(records(workspace)).read_text())
     assert saved["strategy"] == "layered" and saved["state"] is not None  # the ladder's state is saved
     assert not (workspace / ".tiny_agent").exists()
     quit_cleanly(t)
@@ -535,7 +541,7 @@ def test_the_session_is_saved_privately_without_the_key(server, terminal, worksp
     t.ask("my question")
     quit_cleanly(t)
     folder = records(workspace)
-    saved = folder / "session.json"
+    saved = latest(folder)
     assert list(workspace.iterdir()) == []  # nothing of the agent's own is written into the workspace
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
@@ -580,7 +586,7 @@ def test_resume_after_an_interrupted_tool_call_sends_a_valid_history(server, ter
     token = sleeper
     calls = chat_response(tool_calls=[tool_call("call_wait", "bash", command=f"sleep {token}")])
     script = Script(server, [calls, chat_response("AFTER-RESUME")])
-    t = terminal(script)
+    t = terminal(script, "--yes")
     t.at_prompt()
     t.send("start something long")
     wait_until(lambda: sleeping(token), "the bash tool started `sleep`")
@@ -644,6 +650,76 @@ def test_resume_without_a_saved_session_says_so(server, tmp_path, workspace):
     result = run_agent(["--workspace", str(workspace), "--resume", "go on"], agent_env(Script(server).base_url),
                        tmp_path / "cwd")
     assert_one_line_error(result, "no saved session", "run without --resume first")
+
+
+# --- Issue 28: no start, error, interruption or second agent loses a session ----------------
+
+
+def contents(folder: Path) -> dict[str, list]:
+    """Each saved session file of a records folder: the contents of its messages after the system prompt."""
+    import tiny_agent
+    return {p.name: [m.get("content") for m in json.loads(p.read_text())["messages"][1:]]
+            for p in tiny_agent.saved_sessions(folder)}
+
+
+def test_a_new_session_keeps_the_saved_one_the_start_says_so_and_resume_takes_the_latest(server, tmp_path, workspace):
+    script = Script(server, [chat_response("FIRST-ANSWER"), chat_response("SECOND-ANSWER"),
+                             chat_response("THIRD-ANSWER")])
+    args, env = ["--workspace", str(workspace)], agent_env(script.base_url)
+    first = run_agent(args + ["first task"], env, tmp_path / "cwd")
+    assert first.returncode == 0 and "[session]" not in first.stdout
+    kept = contents(records(workspace))
+    second = run_agent(args + ["second task"], env, tmp_path / "cwd")
+    assert second.returncode == 0
+    [line] = [line for line in second.stdout.splitlines() if line.startswith("[session]")]
+    assert re.fullmatch(r"\[session\] this workspace has a session saved at [\d-]+ [\d:]+: it is kept, and "
+                        r"--resume continues it", line)
+    saved = contents(records(workspace))
+    assert len(saved) == 2 and all(saved[name] == kept[name] for name in kept)  # the first is as it was
+    third = run_agent(args + ["--resume", "third task"], env, tmp_path / "cwd")
+    assert third.returncode == 0 and "[resume] 3 messages" in third.stdout
+    assert [m["content"] for m in messages_of(script.turns[2])[1:]] == ["second task", "SECOND-ANSWER", "third task"]
+
+
+def test_a_one_task_run_that_ends_on_a_server_error_is_saved(server, tmp_path, workspace):
+    failing = (500, {"error": {"message": "the server fell over"}})
+    script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command="echo worked")]),
+                             failing, failing])
+    result = run_agent(["--workspace", str(workspace), "the task"], agent_env(script.base_url), tmp_path / "cwd")
+    assert_one_line_error(result, "HTTP 500")
+    [saved] = contents(records(workspace)).values()
+    assert saved[0] == "the task" and "exit code 0\nworked\n" in saved
+
+
+def test_a_one_task_run_interrupted_by_ctrl_c_is_saved(server, tmp_path, workspace):
+    script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command="echo worked")]), HOLD])
+    agent = subprocess.Popen([sys.executable, str(AGENT), "--workspace", str(workspace), "the task"],
+                             env=agent_env(script.base_url), cwd=tmp_path / "cwd", stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        script.wait_for_turns(2)  # the agent waits for its second answer, with one tool result in hand
+        agent.send_signal(signal.SIGINT)
+        out, err = agent.communicate(timeout=DEADLINE)
+    finally:
+        agent.kill()
+        script.release.set()
+    assert agent.returncode == 1 and err.strip() == "error: interrupted", err
+    [saved] = contents(records(workspace)).values()
+    assert saved[0] == "the task" and "exit code 0\nworked\n" in saved
+
+
+def test_a_second_agent_is_told_the_session_is_in_use_and_its_work_is_saved_apart(server, terminal, tmp_path,
+                                                                                  workspace):
+    script = Script(server, [chat_response("REPL-ANSWER"), chat_response("TASK-ANSWER")])
+    t = terminal(script)
+    assert "agent> REPL-ANSWER" in t.ask("in the repl")
+    second = run_agent(["--workspace", str(workspace), "a task"], agent_env(script.base_url), tmp_path / "cwd")
+    assert second.returncode == 0 and "[answer] TASK-ANSWER" in second.stdout
+    assert "[session] another agent is using this workspace's session: this run is saved in a file of its own" \
+        in second.stdout.splitlines()
+    quit_cleanly(t)
+    assert sorted(contents(records(workspace)).values()) == [["a task", "TASK-ANSWER"],
+                                                             ["in the repl", "REPL-ANSWER"]]
 
 
 # --- A finding that needs no terminal: the calls are answered only inside run_calls' try -------

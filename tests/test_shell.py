@@ -49,12 +49,12 @@ START_LINE = {True: "[shell] bash runs inside bubblewrap: only the workspace is 
               False: "[shell] bash is NOT confined (install bubblewrap to confine it)"}
 
 
-def run_command(server, tmp_path, workspace, command: str, env: dict | None = None):
+def run_command(server, tmp_path, workspace, command: str, env: dict | None = None, *options: str):
     """`python tiny_agent.py "run it"`, the scripted model calling bash with `command` once. Returns
     (the finished process, the tool result the second request carried)."""
     script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command=command)]),
                              chat_response("DONE")])
-    result = run_agent(["--workspace", str(workspace), "run it"], agent_env(script.base_url, **(env or {})),
+    result = run_agent(["--workspace", str(workspace), *options, "run it"], agent_env(script.base_url, **(env or {})),
                        tmp_path / "cwd")
     assert result.returncode == 0 and "[answer] DONE" in result.stdout, (result.stdout[-2000:], result.stderr)
     tool = [m for m in script.turns[1]["messages"] if m["role"] == "tool"]
@@ -81,7 +81,7 @@ def test_the_start_line_says_which_mode_bash_runs_in(server, tmp_path, workspace
 def test_bash_gets_no_terminal_input_and_leaves_the_next_line_to_the_repl(server, terminal, mode):
     read = chat_response(tool_calls=[tool_call("call_read", "bash", command="read x; echo got=$x")])
     script = Script(server, [Held(read), chat_response("READ-DONE"), chat_response("NEXT-ANSWER")])
-    t = terminal(script, **mode)
+    t = terminal(script, "--yes", **mode)
     t.at_prompt()
     t.send("first question")
     script.wait_for_turns(1)
@@ -100,7 +100,8 @@ def test_bash_gets_no_terminal_input_and_leaves_the_next_line_to_the_repl(server
 def test_a_command_that_starts_a_job_and_exits_returns_its_output_and_the_job_is_stopped(
         server, tmp_path, workspace, mode, sleeper):
     token = sleeper
-    _, result = run_command(server, tmp_path, workspace, f"sleep {token} & echo $! > job.pid; echo started", mode)
+    _, result = run_command(server, tmp_path, workspace, f"sleep {token} & echo $! > job.pid; echo started", mode,
+                            "--yes")
     assert result == "exit code 0\nstarted\n"  # not the timeout's message: it did not wait for the job
     wait_until(lambda: not sleeping(token), "the background job was stopped")
     if "PATH" not in mode:
@@ -111,10 +112,11 @@ def test_a_command_that_starts_a_job_and_exits_returns_its_output_and_the_job_is
 
 def test_a_timed_out_command_is_stopped_with_its_children_through_the_cli(server, tmp_path, workspace, mode,
                                                                           sleeper):
-    """The CLI has no setting for the shell's timeout: this waits for the default 30 s."""
+    """BASH_TIMEOUT sets the shell's timeout (30 s by default)."""
     token = sleeper
-    _, result = run_command(server, tmp_path, workspace, f"sleep {token} & echo $! > pid; wait", mode)
-    assert result.startswith("error: the command ran longer than 30 s and was stopped")
+    _, result = run_command(server, tmp_path, workspace, f"sleep {token} & echo $! > pid; wait",
+                            {**mode, "BASH_TIMEOUT": "1"}, "--yes")
+    assert result.startswith("error: the command ran longer than 1 s and was stopped")
     wait_until(lambda: not sleeping(token), "the timed-out command's child was stopped")
     if "PATH" in mode:  # unconfined: the pid is this machine's
         pid = int((workspace / "pid").read_text())
@@ -124,13 +126,26 @@ def test_a_timed_out_command_is_stopped_with_its_children_through_the_cli(server
 @pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False])
 def test_a_timed_out_command_is_stopped_with_its_children(tmp_path, sandbox, sleeper):
     token = sleeper
-    ws = Workspace(tmp_path, timeout=1, sandbox=sandbox)
+    ws = Workspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
     result = run_tool(ws, "bash", json.dumps({"command": f"sleep {token} & echo $! > pid; wait"}))
     assert result.startswith("error: the command ran longer than 1 s and was stopped")
     wait_until(lambda: not sleeping(token), "the timed-out command's child was stopped")
     if not sandbox:
         pid = int((tmp_path / "pid").read_text())
         wait_until(lambda: not alive(pid), f"/proc/{pid} is gone")
+
+
+@pytest.mark.parametrize("ends", ["at the timeout", "by itself"])
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False], ids=["bubblewrap", "unconfined"])
+def test_a_process_that_left_the_group_with_setsid_is_stopped_too(tmp_path, sandbox, sleeper, ends):
+    """`(setsid sleep … &)` leaves the command's process group and session; it is found by the
+    marker in its environment and stopped all the same."""
+    token = sleeper
+    command = f"(setsid sleep {token} &); (setsid sh -c 'sleep {token}' &)" + ("; wait; sleep 30" if ends == "at the timeout" else "")
+    ws = Workspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
+    result = run_tool(ws, "bash", json.dumps({"command": command}))
+    assert result.startswith("error: the command ran longer than 1 s" if ends == "at the timeout" else "exit code 0")
+    assert sleeping(token) == []  # stopped before the tool returned: no wait
 
 
 @pytest.fixture
@@ -168,7 +183,7 @@ def test_bubblewrap_confines_bash_to_the_workspace_without_network(server, tmp_p
                f"touch /etc/escape-{token}; echo escaped > {tmp_path}/escape2.txt; "
                f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo net=yes || echo net=no; "
                "echo inside > inside.txt && cat inside.txt")
-    _, result = run_command(server, tmp_path, workspace, command)
+    _, result = run_command(server, tmp_path, workspace, command, {}, "--yes")
     assert f"SECRET-{token}" not in result
     assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "escape2.txt").exists()
     assert not Path(f"/etc/escape-{token}").exists()

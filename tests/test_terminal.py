@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import chat_response
 from test_repl import (AGENT, DEADLINE, SUMMARY, Script, Terminal, agent_env, answers,  # noqa: F401
-                       assert_one_line_error, assert_valid, long_enough, messages_of, quit_cleanly, records,
+                       assert_one_line_error, assert_valid, latest, long_enough, messages_of, quit_cleanly, records,
                        run_agent, server, state, terminal, tool_call, wait_until, workspace)
 from test_shell import START_LINE, mode, path_without_bwrap  # noqa: F401
 
@@ -150,13 +150,13 @@ def test_ctrl_d_or_ctrl_c_at_the_yes_no_question_answers_no_and_the_repl_goes_on
     victim.mkdir()
     (victim / "keep.txt").write_text("kept\n")
     command = f"rm -rf {victim}"
-    why = "`rm` deletes files"
+    why = "`rm` is not a known read-only program"
     script = Script(server, [chat_response(tool_calls=[tool_call("call_rm", "bash", command=command)]),
                              chat_response("NOT-REMOVED"), chat_response("NEXT-ANSWER")])
     t = terminal(script)
     t.at_prompt()
     t.send("clean up")
-    t.expect(f"[tool] {command} ({why}): run it? [y/N] ")
+    t.expect(f"[tool] {command} ({why}): run it? [y/N/a] ")
     wait_until(t.reading, "the question waits for an answer")
     start = t.mark
     if key == "Ctrl-D":
@@ -168,6 +168,25 @@ def test_ctrl_d_or_ctrl_c_at_the_yes_no_question_answers_no_and_the_repl_goes_on
     assert tool_results(script.turns[1]) == {"call_rm": f"error: the user did not allow this command ({why}): {command}"}
     assert (victim / "keep.txt").read_text() == "kept\n"
     assert "agent> NEXT-ANSWER" in t.ask("and now?")
+    quit_cleanly(t)
+
+
+def test_a_means_yes_to_that_exact_command_for_the_rest_of_the_session(server, terminal, workspace):
+    command, other = "echo again >> log.txt", "echo other >> log.txt"
+    calls = [chat_response(tool_calls=[tool_call(f"call_{i}", "bash", command=c)])
+             for i, c in enumerate([command, command, other])]
+    script = Script(server, [calls[0], calls[1], calls[2], chat_response("DONE")])
+    t = terminal(script)
+    t.at_prompt()
+    t.send("log it")
+    question = "`>>` writes to a file or runs a subshell"
+    t.expect(f"[tool] {command} ({question}): run it? [y/N/a] ")
+    t.send("a")
+    t.expect(f"[tool] {other} ({question}): run it? [y/N/a] ")  # the same command again is not asked
+    assert t.seen.count("run it?") == 2
+    t.send("n")
+    t.expect("agent> DONE")
+    assert (workspace / "log.txt").read_text() == "again\nagain\n"
     quit_cleanly(t)
 
 
@@ -223,7 +242,7 @@ def test_resume_comes_back_with_the_strategy_chosen_in_the_repl_and_the_ladders_
     assert re.search(r"\[compact\] 9 → \d+ messages", t.ask("/compact"))
     stats = t.ask("/context").splitlines()[-2]  # the meter's last line, before the prompt
     quit_cleanly(t)
-    saved = json.loads((records(workspace) / "session.json").read_text())
+    saved = json.loads(latest(records(workspace)).read_text())
     assert saved["strategy"] == "layered" and saved["state"]["compactions"] == 1 and saved["state"]["summary"]
     again = terminal(script, "--resume", "--keep-recent", "2")
     again.expect(f"[resume] {len(saved['messages'])} messages, strategy layered\r\n")
@@ -392,7 +411,7 @@ def test_a_turn_that_ends_in_a_server_error_leaves_no_unanswered_question(server
         ("user", "first question"), ("assistant", "FIRST-ANSWER"), ("user", "second question")]
     assert no_two_user_messages_in_a_row(retry)
     quit_cleanly(t)
-    saved = json.loads((records(workspace) / "session.json").read_text())
+    saved = json.loads(latest(records(workspace)).read_text())
     assert [m["content"] for m in saved["messages"][1:]] == ["first question", "FIRST-ANSWER", "second question",
                                                             "SECOND-ANSWER"]
 
@@ -412,7 +431,7 @@ def test_context_after_a_compaction_shows_the_history_after_it_and_the_stats(ser
     before = t.ask("/context")
     assert re.search(r"\[compact\] 9 → \d+ messages", t.ask("/compact"))
     meter = t.ask("/context")
-    saved = json.loads((records(workspace) / "session.json").read_text())
+    saved = json.loads(latest(records(workspace)).read_text())
     after = tiny_agent.SCHEMA_TOKENS + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
     assert meter_total(meter) == after < meter_total(before)
     assert re.search(r"^\[stats\] 0 compactions, ~0 tokens saved\r?$", before, re.M), before
@@ -456,7 +475,7 @@ def test_the_demo_repl_runs_keylessly_and_resume_continues_it(tty):
     surveyed = re.search(r"agent> \[demo model\] Surveyed (\d+) Python files", answer)
     assert surveyed and int(surveyed[1]) > 10 and "[compact]" in answer, answer[-3000:]
     quit_cleanly(t)
-    saved = json.loads((demo_records / "session.json").read_text())
+    saved = json.loads(latest(demo_records).read_text())
     n = len(saved["messages"])
     assert n > 2 and saved["state"]["compactions"] >= 1
     again = tty(["--demo", "--repl", "--resume"], agent_env())
@@ -466,7 +485,7 @@ def test_the_demo_repl_runs_keylessly_and_resume_continues_it(tty):
     assert meter_total(meter) == total  # the saved history, not a fresh one
     assert re.search(r"agent> \[demo model\] Surveyed \d+ Python files", again.ask("survey it again"))
     quit_cleanly(again)
-    later = json.loads((demo_records / "session.json").read_text())
+    later = json.loads(latest(demo_records).read_text())
     assert later["state"]["compactions"] > saved["state"]["compactions"]  # the same state, carried on
 
 
@@ -501,7 +520,7 @@ def test_a_command_that_deletes_the_agents_records_does_not_delete_them(server, 
         named = str(folder) in command
         assert result.startswith("error: the agent's own records" if named else "exit code"), result
         assert snapshot(folder / "archive") == archived
-        session = json.loads((folder / "session.json").read_text())
+        session = json.loads(latest(folder).read_text())
         assert session["messages"][1]["content"].startswith("[Context summary]")
     quit_cleanly(t)
 
@@ -516,10 +535,10 @@ def test_rm_rf_of_the_whole_workspace_is_not_run_without_the_users_yes(server, t
     t = terminal(script, **mode)
     t.at_prompt()
     t.send("tidy up")
-    t.expect("[tool] rm -rf ./* (`rm` deletes files): run it? [y/N] ")
+    t.expect("[tool] rm -rf ./* (`rm` is not a known read-only program): run it? [y/N/a] ")
     t.send("n")
     t.expect("agent> ASKED")
     assert tool_results(script.turns[1]) == {
-        "call_rm": "error: the user did not allow this command (`rm` deletes files): rm -rf ./*"}
+        "call_rm": "error: the user did not allow this command (`rm` is not a known read-only program): rm -rf ./*"}
     assert snapshot(workspace) == before
     quit_cleanly(t)
