@@ -558,6 +558,62 @@ def find_constraints(messages: list[dict]) -> list[str]:
     return list(found.values())
 
 
+def pin(pinned: list[str], new: list[str]) -> list[str]:
+    """Add constraints to the pinned list in the order the user said them; a near-duplicate takes
+    the place of the older wording (the user's latest word holds)."""
+    by_key = {near_duplicate_key(p): p for p in pinned}
+    by_key.update((near_duplicate_key(c), c) for c in new)
+    return list(by_key.values())
+
+
+def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
+    """The pinned constraints within `budget` tokens, newest last; past it, a line that says how
+    many more there are and where they are. Nothing is dropped in silence (lesson 10)."""
+    shown, used = [], 0
+    for c in reversed(pinned):
+        if used + text_tokens(c) > budget:
+            break
+        shown.insert(0, c)
+        used += text_tokens(c) + 2
+    text = "Pinned user constraints (verbatim, still in force):\n" + "\n".join(f"- {c}" for c in shown)
+    if len(shown) < len(pinned):
+        text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, not shown for space"
+                 + ("; the recall tool finds them in the archive" if archived else ""))
+    return text if pinned else ""
+
+
+PIN_SHARE = 0.10  # pinned constraints may take this share of the effective window
+TASK_NOTE = "The user's task, verbatim:"
+LATEST_NOTE = "The user's latest request, verbatim:"
+
+
+def carry_user_words(state: "CompactState", messages: list[dict], kept: list[dict]) -> None:
+    """Carry in `state` what the user said that leaves `messages` (what is not in `kept`): the task
+    (the first request), every rule, and the latest request, verbatim. Every strategy calls this,
+    so a summary model that forgets cannot lose them; nothing is re-read from an old summary."""
+    requests, stays = user_requests(messages), {id(m) for m in kept}
+    if requests and not state.task and id(requests[0]) not in stays:
+        state.task = content_text(requests[0])
+    if requests:
+        state.latest = content_text(requests[-1])
+    state.pinned = pin(state.pinned, find_constraints([m for m in requests if id(m) not in stays]))
+
+
+def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: bool = True, whole: bool = True) -> str:
+    """What `state` carries of the user's words, for below a summary: the task and the latest
+    request when their messages are not in `kept`, whole (or, when even the last resort does not
+    fit, within `budget`, the archive holding them), and the pinned rules within `budget`."""
+    shown = {content_text(m) for m in user_requests(kept)}
+
+    def verbatim(title: str, text: str) -> str:
+        if not text or text in shown:
+            return ""
+        return f"{title}\n{text if whole or text_tokens(text) <= budget else snip_text(text, 20, budget * 3)}"
+    latest = verbatim(LATEST_NOTE, state.latest) if state.latest != state.task else ""
+    return "\n\n".join(p for p in (verbatim(TASK_NOTE, state.task), pins_text(state.pinned, budget, archived), latest)
+                        if p)
+
+
 def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
     """(read, changed): paths named in tool-call arguments, in first-seen order."""
     read: list[str] = []
@@ -1020,7 +1076,9 @@ class CompactState:
     failures: int = 0  # summarizer calls that failed and fell back to the offline summary
     last_error: str = ""  # the last of those failures, for /context
     summary: str = ""  # the ladder's rolling summary, updated by every compaction that summarizes
-    pinned: list[str] = field(default_factory=list)  # user constraints, verbatim
+    task: str = ""  # the user's first request, verbatim, once its message left the context
+    latest: str = ""  # the user's latest request, verbatim
+    pinned: list[str] = field(default_factory=list)  # every rule the user typed, verbatim
     recent_files: list[str] = field(default_factory=list)  # the last files the agent used, newest last
     report: list[tuple[str, int, int, float]] = field(default_factory=list)  # the last compaction's
     # steps: (name, tokens before, tokens after, seconds)
@@ -1075,17 +1133,17 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     if archive is not None:  # before the summarizer: a crash or a hang inside it loses nothing
         archive.append(leaving(messages, kept[:head] + precise_messages(kept[head:cut], precise_tools) + kept[cut:]),
                        state.compactions + 1)
-    requests = user_requests(kept)
-    latest = requests[-1] if requests and not any(m is requests[-1] for m in kept[cut:]) else None
+    held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
+    room = int(PIN_SHARE * max_tokens) if max_tokens else SUMMARY_TOKENS
 
     def summary_of(middle: list[dict]) -> str:
         text = summarize_safely(summarize or summarize_default, middle, focus, state)
-        text = replaced_line(middle, state) + "\n" + text
-        return with_notes(text, "The user's latest request, verbatim:\n" + content_text(latest) if latest else "")
-    held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
+        return with_notes(replaced_line(middle, state) + "\n" + text,
+                          user_notes(state, kept[:head] + held + kept[cut:], room, archive is not None))
     base = [m for m in kept if id(m) not in {id(h) for h in held}]
     if len(base) - (len(kept) - cut) <= head:
         return _archived(messages, kept, None, state)  # the whole middle is precise: nothing to summarize
+    carry_user_words(state, kept, kept[:head] + held + kept[cut:])
     out = compact_messages(base, summary_of, threshold=-1, keep_recent=len(kept) - cut)
     out[head + 1:head + 1] = held
     if out[head + 1:head + 2] and out[head + 1].get("role") == "user":
@@ -1449,33 +1507,6 @@ def find_problems(messages, provider: str = "openai") -> list[str]:
     return problems
 
 
-# --- Pins and focus (lesson 10) --------------------------------------------------------------
-
-
-def pin(pinned: list[str], new: list[str]) -> list[str]:
-    """Add constraints to the pinned list in the order the user said them; a near-duplicate takes
-    the place of the older wording (the user's latest word holds)."""
-    by_key = {near_duplicate_key(p): p for p in pinned}
-    by_key.update((near_duplicate_key(c), c) for c in new)
-    return list(by_key.values())
-
-
-def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
-    """The pinned constraints within `budget` tokens, newest last; past it, a line that says how
-    many more there are and where they are. Nothing is dropped in silence (lesson 10)."""
-    shown, used = [], 0
-    for c in reversed(pinned):
-        if used + text_tokens(c) > budget:
-            break
-        shown.insert(0, c)
-        used += text_tokens(c) + 2
-    text = "Pinned user constraints (verbatim, still in force):\n" + "\n".join(f"- {c}" for c in shown)
-    if len(shown) < len(pinned):
-        text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, not shown for space"
-                 + ("; the recall tool finds them in the archive" if archived else ""))
-    return text if pinned else ""
-
-
 # --- Eviction and the rolling window (lesson 12) ---------------------------------------------
 
 
@@ -1724,7 +1755,6 @@ def task_complexity(messages: list[dict]) -> float:
     return min(1.0, (len(set(read + changed)) + len(kinds)) / 20)
 TOO_LONG = "[this message alone would not fit the window, so it was cut; the archive holds it whole]"
 SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
-PIN_SHARE = 0.10  # pinned constraints may take this share of the effective window
 REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
 @dataclass
 class Compactor:
@@ -1936,14 +1966,14 @@ class Compactor:
         self.state.summary = header + "\n" + (summarize or self.guard)(middle, focus)
         self.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
         run.summarized = run.summarized or summarize is None  # the light tier calls no model
-        self.remember(middle)
         tail = held + tail
+        self.remember(messages, messages[:head] + tail)
         ack = [ACK] if tail and tail[0].get("role") == "user" else []
-        return [*messages[:head], self.summary_message(messages, run.focus), *ack, *tail]
+        return [*messages[:head], self.summary_message(messages, run.focus, messages[:head] + tail), *ack, *tail]
 
-    def remember(self, leaving: list[dict]) -> None:
-        """Carry forward what must outlive the messages: the user's pinned constraints."""
-        self.state.pinned = pin(self.state.pinned, find_constraints(leaving))
+    def remember(self, messages: list[dict], kept: list[dict]) -> None:
+        """Carry forward what must outlive the messages: the user's words (carry_user_words)."""
+        carry_user_words(self.state, messages, kept)
 
     def note_files(self, messages: list[dict]) -> None:
         """evo-agent's RecentFiles: every file a call read or wrote, in the order used, the last
@@ -1956,17 +1986,19 @@ class Compactor:
                         files = [f for f in files if f != path] + [path]
         self.state.recent_files = files[-RECENT_FILES:]
 
-    def summary_message(self, messages: list[dict] = (), focus: str | None = None) -> dict:
-        """The summary, then what the compactor itself carries: pins, recent files (their current
-        text when `reattach` can read it), where the archive is, and the focus if asked to."""
+    def summary_message(self, messages: list[dict] = (), focus: str | None = None, kept: list[dict] = (),
+                        whole: bool = True) -> dict:
+        """The summary, then what the compactor itself carries: the user's words not in `kept`,
+        recent files (their current text when `reattach` can read it), where the archive is, and
+        the focus if asked to."""
         effective = self.budget.effective(list(messages))
-        extra = [pins_text(self.state.pinned, int(PIN_SHARE * effective), self.archive is not None)]
-        if self.append_focus and focus:
+        extra = [user_notes(self.state, list(kept), int(PIN_SHARE * effective), self.archive is not None, whole)]
+        if self.append_focus and focus and whole:
             extra.append(f"Focus of this compaction: {focus}")
-        if self.state.recent_files:
+        if self.state.recent_files and whole:  # when even the last resort is tight, only the user's words
             extra.append("Recently used files (reopen them if you need their content): "
                          + ", ".join(self.state.recent_files))
-        extra += self.reattached(min(8_000, int(REATTACH_SHARE * effective)))
+        extra += self.reattached(min(8_000, int(REATTACH_SHARE * effective))) if whole else []
         if self.archive is not None:
             extra.append(f"The full text of the compacted turns is archived in {self.archive.path}; "
                          "the recall tool searches it.")
@@ -1990,7 +2022,7 @@ class Compactor:
         target = int(self.target * self.budget.effective(messages))
         out = evict_by_importance(messages, target, head, tail_start, self.weights, self.precise_tools)
         self.archive_messages(leaving(messages, out), run)
-        self.remember(leaving(messages, out))
+        self.remember(messages, out)
         return out
 
     def last_resort(self, messages: list[dict], run: Pass | None = None) -> list[dict]:
@@ -2013,21 +2045,22 @@ class Compactor:
         elif fresh:  # after it, an extractive summary of what leaves now goes below it, with no model call
             offline = getattr(self.guard, "offline", None) or summarize_structured
             self.state.summary = self.state.summary.rstrip() + "\n\n" + offline(fresh, run.focus)
-        self.remember(gone)
+        self.remember(messages, system + turn)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
         cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),
                                      keep_last=0)
         turn = [t if any(t is h for h in held) else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
-        out = [*system, self.summary_message(messages, run.focus), *ack, *turn]
+        out = [*system, self.summary_message(messages, run.focus, system + turn), *ack, *turn]
         if self.over(out, 1.0, run):  # the summary itself does not fit:
             self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
-            out = [*system, self.summary_message(messages, run.focus), *ack, *turn]  # pins and archive note stay
+            out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *turn]  # the
+            # user's words (cut to their share, whole in the archive) and the archive note stay
         if self.over(out, 1.0, run):  # the latest turn alone does not fit: its long texts are cut too
             exact = {id(m) for m in precise_messages(turn, self.precise_tools)}  # never cut, as everywhere
             cut = [m if m.get("role") == "user" or id(m) in exact or message_tokens(m) <= snip_max
                    else _with_content(m, TOO_LONG + "\n" + snip_text(content_text(m), 20, snip_max * 3)) for m in turn]
-            out = [*system, self.summary_message(messages, run.focus), *ack, *cut]
+            out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *cut]
         return out
 
     def archive_messages(self, gone: list[dict], run: Pass) -> None:

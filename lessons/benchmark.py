@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compact import (IDENTIFIER, LAYERS, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
+from compact import (IDENTIFIER, CompactState, LAYERS, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
                      mask_old_tool_results, message_tokens, reasoning_text, sawtooth, summarize_offline,
                      summarize_structured, summary_body, summary_request, text_tokens, transcript_chunks)
@@ -165,6 +165,15 @@ def compactor_strategy(name: str, make: Callable[[], Compactor]) -> Strategy:
     return Strategy(name, start)
 
 
+def sawtooth_run(threshold: int, keep_recent: int) -> Callable:
+    """compact.sawtooth as the agent runs it: one CompactState for the whole conversation, which
+    carries the user's words from one compaction to the next."""
+    def start(summarizer):
+        state = CompactState()
+        return (lambda h: sawtooth(h, summarizer, threshold=threshold, keep_recent=keep_recent, state=state)), None
+    return start
+
+
 def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: int = 30,
                keep_recent: int = 6) -> list[Strategy]:
     """The strategies of the benchmark, with the parameters the issue names, then every preset of
@@ -175,9 +184,7 @@ def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: in
                  from_compact_py=False, uses_window=False),
         Strategy(f"mask {mask_window}", lambda s: (lambda h: mask_old_tool_results(h, keep_last=mask_window), None),
                  uses_window=False),
-        Strategy(f"sawtooth {threshold}/{keep_recent}",
-                 lambda s: (lambda h: sawtooth(h, s, threshold=threshold, keep_recent=keep_recent), None),
-                 uses_window=False),
+        Strategy(f"sawtooth {threshold}/{keep_recent}", sawtooth_run(threshold, keep_recent), uses_window=False),
         ladder("layered", window),
         ladder("hybrid", window),
         ladder("zones", window),
