@@ -614,17 +614,28 @@ def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: b
                         if p)
 
 
+def call_paths(call: dict) -> list[str]:
+    """The files a call names: a file tool's `path` argument as given (a Makefile too), never the
+    paths inside the text a write puts in the file; for other calls the paths in their arguments."""
+    raw = (call.get("function") or {}).get("arguments") or ""
+    try:
+        args = json.loads(raw)
+    except (json.JSONDecodeError, TypeError):
+        args = None
+    if isinstance(args, dict) and isinstance(args.get("path"), str):
+        return [args["path"]]
+    return [] if call_name(call) in WRITE_TOOLS else PATH.findall(raw)
+
+
 def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
-    """(read, changed): paths named in tool-call arguments, in first-seen order."""
+    """(read, changed): the files calls named, in first-seen order; changed only from the paths of
+    write and edit calls."""
     read: list[str] = []
     changed: list[str] = []
     for m in messages:
         for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            bucket = changed if fn.get("name") in WRITE_TOOLS else read
-            for path in PATH.findall(fn.get("arguments") or ""):
-                if path not in bucket:
-                    bucket.append(path)
+            bucket = changed if call_name(call) in WRITE_TOOLS else read
+            bucket += [p for p in call_paths(call) if p not in bucket]
     return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
 
 
@@ -925,8 +936,9 @@ def _open_calls(out: list[dict]) -> list[dict]:
 
 
 def repair(messages: list[dict]) -> list[dict]:
-    """Make a list valid: a late system message becomes a user note, orphan results and empty
-    assistant turns go, and an unanswered call gets a placeholder result (lesson 08)."""
+    """The one validator: make a list valid, returning the input itself when it already is. A late
+    system message becomes a user note, orphan results (as OpenHands drops them) and empty assistant
+    turns go, and an unanswered call gets a placeholder result (lesson 08)."""
     pairs = pair_tool_results(messages)
     answered = {id(call) for call in pairs.values()}
     out: list[dict] = []
@@ -944,7 +956,7 @@ def repair(messages: list[dict]) -> list[dict]:
             if nxt.get("role") != "tool":  # the end of a group: answer what is still open
                 out += [{"role": "tool", "tool_call_id": c.get("id"), "content": LOST_RESULT}
                         for c in _open_calls(out) if id(c) not in answered]
-    return out
+    return messages if len(out) == len(messages) and all(a is b for a, b in zip(out, messages)) else out
 
 
 def leaving(before: list[dict], after: list[dict]) -> list[dict]:
@@ -1129,7 +1141,7 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     head = system_head(kept)
     cut = find_cut_within(kept, keep_recent, head, max_tokens)
     if not (force or (due and size > state.floor)) or cut <= head:
-        return _archived(messages, kept, archive, state)
+        return _archived(messages, kept, archive, state, force)
     if archive is not None:  # before the summarizer: a crash or a hang inside it loses nothing
         archive.append(leaving(messages, kept[:head] + precise_messages(kept[head:cut], precise_tools) + kept[cut:]),
                        state.compactions + 1)
@@ -1142,7 +1154,7 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
                           user_notes(state, kept[:head] + held + kept[cut:], room, archive is not None))
     base = [m for m in kept if id(m) not in {id(h) for h in held}]
     if len(base) - (len(kept) - cut) <= head:
-        return _archived(messages, kept, None, state)  # the whole middle is precise: nothing to summarize
+        return _archived(kept, kept, archive, state, force)  # already archived; the whole middle is precise: nothing to summarize
     carry_user_words(state, kept, kept[:head] + held + kept[cut:])
     out = compact_messages(base, summary_of, threshold=-1, keep_recent=len(kept) - cut)
     out[head + 1:head + 1] = held
@@ -1151,15 +1163,18 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     after = estimate_tokens(out)
     if after >= estimate_tokens(kept):  # a summary longer than what it replaces is no compaction
         state.floor = int(size * GROWTH_BEFORE_RETRY)
-        return _archived(messages, kept, None, state)
+        return _archived(kept, kept, archive, state, force)  # what left was archived before the summarizer
     state.compactions, state.tokens_saved = state.compactions + 1, state.tokens_saved + size - after
     state.turns += sum(1 for m in kept[head:cut] if m.get("role") == "assistant")
     state.floor = int(after * GROWTH_BEFORE_RETRY) if max_tokens and after > max_tokens else 0
     return repair(out)  # the tail may hold what a provider rejects, e.g. a stray system message
 
 
-def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, state: CompactState) -> list[dict]:
-    """`kept` (the input when nothing changed), after archiving what left it: dropped reasoning."""
+def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, state: CompactState,
+              force: bool = False) -> list[dict]:
+    """`kept` (the input when nothing changed), valid when the compaction was forced, after archiving
+    what left it: dropped reasoning, orphan results."""
+    kept = repair(kept) if force else kept
     if archive is not None and kept is not messages:
         archive.append(leaving(messages, kept), state.compactions)
     return kept
@@ -1982,7 +1997,7 @@ class Compactor:
         for m in messages:
             for call in m.get("tool_calls") or []:
                 if call_name(call) in ("read_file", *WRITE_TOOLS):
-                    for path in PATH.findall((call.get("function") or {}).get("arguments") or ""):
+                    for path in call_paths(call):
                         files = [f for f in files if f != path] + [path]
         self.state.recent_files = files[-RECENT_FILES:]
 
@@ -2075,7 +2090,9 @@ class Compactor:
         budget = self.budget
         if out is original and budget.history(original) <= budget.effective(original):
             self.state.floor = int(budget.history(original) * GROWTH_BEFORE_RETRY)  # nothing helped
-            return original
+            out = repair(original) if run.force else original  # a forced compaction's list is valid too
+            self.archive_messages(leaving(original, out), run)
+            return out
         self.archive_messages(leaving(original, out), run)
         out = repair(out)
         before, after = budget.history(original), budget.history(out)

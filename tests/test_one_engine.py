@@ -1,0 +1,80 @@
+"""Issue 27: what the summaries say is true ("Files changed" only from the paths of write and edit
+calls), and one validator: a forced compaction always returns a valid list, orphans archived."""
+
+from __future__ import annotations
+
+import json
+
+import compact
+import pytest
+
+NAMED = [f"src/module_{k}.py" for k in range(45)]  # what the report's text names
+REPORT = "# Survey\n" + "\n".join(f"- {path}: 12 functions" for path in NAMED)
+
+
+def call(call_id: str, name: str, **args) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def surveyed() -> list[dict]:
+    """A task that reads two files, writes a report naming 45 files, and edits one."""
+    return [{"role": "system", "content": "s"}, {"role": "user", "content": "Survey the project; write REPORT.md."},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "read_file", path="Makefile")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "all:\n\tpython -m pytest"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c2", "read_file", path="src/app.py")]},
+            {"role": "tool", "tool_call_id": "c2", "content": "def main(): pass"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c3", "write_file", path="REPORT.md",
+                                                                        content=REPORT)]},
+            {"role": "tool", "tool_call_id": "c3", "content": f"wrote {len(REPORT)} characters to REPORT.md"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c4", "edit_file", path="src/app.py",
+                                                                        old="pass", new="return 0 # see src/other.py")]},
+            {"role": "tool", "tool_call_id": "c4", "content": "edited src/app.py"},
+            {"role": "assistant", "content": "Done."}]
+
+
+SUMMARIZERS = {"offline": compact.summarize_offline, "structured": compact.summarize_structured,
+               "eviction note": lambda m, focus=None: compact.content_text(compact.eviction_note(m))}
+
+
+@pytest.mark.parametrize("summarize", SUMMARIZERS.values(), ids=SUMMARIZERS)
+def test_files_changed_come_only_from_the_paths_of_write_and_edit_calls(summarize):
+    sections = compact.parse_summary(summarize(surveyed()))
+    assert sorted(sections["Files changed"]) == ["REPORT.md", "src/app.py"]
+    listed = "\n".join(x for title, items in sections.items() if title.startswith("Files") for x in items)
+    assert not any(path in listed for path in NAMED)  # named in the report's text, never touched
+
+
+def test_the_files_a_call_touched_are_its_path_argument_a_makefile_too():
+    assert compact.files_touched(surveyed()) == (["Makefile", "src/app.py"], ["REPORT.md", "src/app.py"])
+    compactor = compact.Compactor()
+    compactor.note_files(surveyed())
+    assert compactor.state.recent_files == ["Makefile", "REPORT.md", "src/app.py"]
+
+
+ORPHANED = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."},
+            {"role": "tool", "tool_call_id": "gone", "content": "an orphan result: its call left long ago"},
+            {"role": "assistant", "content": "Looking."}, {"role": "user", "content": "Go on."}]
+
+
+def forced(name: str, archive: compact.Archive):
+    if name == "sawtooth":
+        return lambda m: compact.sawtooth(m, compact.summarize_offline, force=True, archive=archive)
+    build = compact.Compactor.from_seed if name in compact.PRESETS else (lambda n, **k: compact.Compactor(policy=n, **k))
+    return lambda m: build(name, archive=archive, summarize=compact.summarize_offline).compact(m, force=True)
+
+
+@pytest.mark.parametrize("name", ["sawtooth", *compact.POLICIES, *compact.PRESETS])
+@pytest.mark.parametrize("messages", [ORPHANED, ORPHANED[:3]], ids=["with a middle", "nothing else"])
+def test_a_forced_compaction_of_a_list_with_an_orphan_result_returns_a_valid_list(tmp_path, name, messages):
+    archive = compact.Archive(tmp_path / "archive.jsonl")
+    out = forced(name, archive)(messages)
+    assert compact.find_problems(out) == []
+    assert out[0] == messages[0]
+    archived = [r["message"] for r in archive.records()]
+    assert messages[2] in archived  # the orphan left the list: the archive holds it
+
+
+def test_the_validator_returns_a_valid_list_itself():
+    valid = ORPHANED[:2] + ORPHANED[3:]
+    assert compact.repair(valid) is valid
+    assert compact.repair(ORPHANED) == valid
