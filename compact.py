@@ -230,7 +230,17 @@ _EXACT: list = []  # [the exact o200k encoder, or None], once `pip install .[tok
 _TOKEN_CACHE: dict[int, tuple[str, int]] = {}
 
 
-TOKEN_CACHE_SIZE = 200_000  # strings remembered; past it the oldest is forgotten, one at a time
+TOKEN_CACHE_SIZE = 200_000  # entries a memo keeps; past it the older half is forgotten at once
+
+
+def memoize(cache: dict, key, value) -> None:
+    """Keep `value` in a memo of at most TOKEN_CACHE_SIZE entries. Full, it drops its older half in
+    one pass: dropping the oldest entry one at a time makes each next drop scan the holes it left."""
+    if len(cache) >= TOKEN_CACHE_SIZE:
+        newer = list(cache.items())[len(cache) // 2:]
+        cache.clear()
+        cache.update(newer)
+    cache[key] = value
 
 
 def text_tokens(text: str) -> int:
@@ -249,9 +259,7 @@ def text_tokens(text: str) -> int:
     # the encoder refuses very long inputs; "<|endoftext|>" inside a tool output is plain text
     n = (sum(len(encoding.encode(text[i:i + 100_000], disallowed_special=()))
              for i in range(0, len(text), 100_000)) if encoding else heuristic_tokens(text))
-    if len(_TOKEN_CACHE) >= TOKEN_CACHE_SIZE:
-        del _TOKEN_CACHE[next(iter(_TOKEN_CACHE))]  # dicts keep insertion order: the oldest goes
-    _TOKEN_CACHE[id(text)] = (text, n)
+    memoize(_TOKEN_CACHE, id(text), (text, n))
     return n
 IMAGE_TOKENS = 85  # an image part, as OpenAI bills one at low detail; peers count the same. A
 # high-detail image costs more (170 a tile), and the server's usage corrects the estimate after one reply
@@ -268,16 +276,28 @@ def part_tokens(part) -> int:
     return text_tokens(json.dumps(part, ensure_ascii=False))
 
 
+_MESSAGE_CACHE: dict[int, tuple] = {}
+
+
 def message_tokens(message: dict) -> int:
     """One message: its text (every part of it), its name, its reasoning, its tool calls, and the
-    framing every message costs (lesson 03)."""
+    framing every message costs, counted once: memoized by the message's identity and the identity of
+    what it holds, so the check before every call sums cached numbers (lesson 03)."""
+    get, hit = message.get, _MESSAGE_CACHE.get(id(message))
+    if (hit is not None and hit[0] is message and hit[1] is get("content") and hit[2] is get("tool_calls")
+            and hit[3] is get("reasoning_content") and hit[4] is get("reasoning") and hit[5] is get("name")):
+        return hit[6]
     content = message.get("content")
     n = 4 + (sum(part_tokens(p) for p in content) if isinstance(content, list) else text_tokens(content_text(message)))
     n += text_tokens(reasoning_text(message)) + (1 + text_tokens(message["name"]) if message.get("name") else 0)
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         n += 3 + text_tokens(fn.get("name") or "") + text_tokens(fn.get("arguments") or "")
+    memoize(_MESSAGE_CACHE, id(message), (message, content, get("tool_calls"), get("reasoning_content"),
+                                          get("reasoning"), get("name"), n))
     return n
+
+
 def estimate_tokens(text_or_messages: str | list[dict]) -> int:
     """Tokens in a string or a message list, exact when the `tokens` extra is installed."""
     if isinstance(text_or_messages, str):
@@ -470,7 +490,7 @@ def sentences(text: str) -> list[str]:
 
 # What varies between two reports of one failure: paths and file names, pytest's "::test_name", and numbers
 # not part of a word or a code ("E404", "exit code 137" stay: they tell two errors apart).
-_VARIES = re.compile(r"(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
+_VARIES = re.compile(r"(?<![\w.-])(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
                      + PATH.pattern)
 
 
@@ -1005,7 +1025,9 @@ SECRET_TOKEN = re.compile(r"\b(?:sk-[\w-]{16,}|gh[pousr]_\w{20,}|AKIA[0-9A-Z]{16
 
 # A literal after a secret-like name: quoted (`"api_key": "…"`, `password = '…'`, with \" inside
 # JSON arguments) or a NAME=value line. Never an expression: `token = request.GET.get("token")`.
-_SECRET_NAME = r"[\w-]*(?:api[_-]?key|token|secret|password|passwd)[\w-]*"
+# The name starts a word and is at most 64 characters on each side of its keyword: a regex that may
+# start anywhere inside a long word re-reads it from every position (16 s for a 16,000-character one).
+_SECRET_NAME = r"(?<![\w-])[\w-]{0,64}(?:api[_-]?key|token|secret|password|passwd)[\w-]{0,64}"
 
 
 SECRET_VALUE = re.compile(rf"((?i:{_SECRET_NAME})\\*[\"']?\s*[:=]\s*(\\*[\"']))([^\s\"'\\{{]{{8,}})(?=\2)"
@@ -1553,15 +1575,39 @@ class Weights:
     multiply: bool = False  # role weight × (1 + recency) × 1.5 per matching kind
 
 
+def per_group(cache: dict, group: list[dict], compute: Callable):
+    """compute(group), once per group of messages: eviction scores the same groups again at every
+    compaction (memoized by the identity of the messages and of their contents)."""
+    key = tuple(id(m) for m in group)
+    hit = cache.get(key)
+    if hit is not None and all(m is h and m.get("content") is c for m, (h, c) in zip(group, hit[0])):
+        return hit[1]
+    value = compute(group)
+    memoize(cache, key, (tuple((m, m.get("content")) for m in group), value))
+    return value
+
+
+_KINDS: dict[tuple, tuple] = {}  # a group's kinds, by per_group
+_NOTES: dict[tuple, tuple] = {}  # the cost of a group's eviction note, by per_group
+
+
+def group_kinds(group: list[dict]) -> tuple[bool, bool, bool]:
+    """(a decision, an error line, a user's rule) in a group's text."""
+    def kinds(group):
+        text = " ".join(content_text(m) for m in group)
+        return (bool(DECISION.search(text)), bool(ERROR_LINE.search(text)),
+                group[0].get("role") == "user" and bool(CONSTRAINT.search(text)))
+    return per_group(_KINDS, group, kinds)
+
+
 def importance(messages: list[dict], group: tuple[int, int], recency: float, w: Weights = Weights()) -> float:
     """A score for eviction: user words outrank the agent's, decisions and errors outrank routine
     output, and newer outranks older (lesson 12)."""
     first = messages[group[0]]
-    text = " ".join(content_text(m) for m in messages[group[0]:group[1]])
     role = first.get("role")
     base = {"user": w.user, "assistant": w.call if first.get("tool_calls") else w.assistant}.get(role, w.tool)
-    kinds = [(w.decision, DECISION.search(text)), (w.error, ERROR_LINE.search(text)),
-             (w.constraint, role == "user" and CONSTRAINT.search(text))]
+    decision, error, constraint = group_kinds(messages[group[0]:group[1]])
+    kinds = [(w.decision, decision), (w.error, error), (w.constraint, constraint)]
     if w.multiply:
         return base * (1 + recency) * math.prod(1.5 for _, hit in kinds if hit)
     return base + w.recency * recency + sum(weight for weight, hit in kinds if hit)
@@ -1584,7 +1630,7 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
             continue  # the user's latest request and rules, and precise results, stay word for word
         evicted.add(g)
         gone = messages[groups[g][0]:groups[g][1]]
-        total -= sum(message_tokens(m) for m in gone) - message_tokens(eviction_note(gone))  # the note costs too
+        total -= sum(message_tokens(m) for m in gone) - note_cost(gone)  # the note costs too
     out, gap = list(messages[:head]), []
     for g, (i, j) in enumerate(groups):
         if g in evicted:
@@ -1603,6 +1649,18 @@ NOTE_SHARE = 0.25  # what a note adds takes at most this share of what it evicts
 NOTE_MIN_TOKENS = 100
 
 
+def note_budget(gone: list[dict]) -> int:
+    """What an eviction note's sections may take: what earlier notes in `gone` carried keeps its room;
+    what is new takes a share of the messages it stands for."""
+    return (max(NOTE_MIN_TOKENS, int(NOTE_SHARE * sum(message_tokens(m) for m in gone if not is_eviction_note(m))))
+            + sum(message_tokens(m) for m in gone if is_eviction_note(m)))
+
+
+def note_cost(gone: list[dict]) -> int:
+    """Tokens of the eviction note of one group, written once per group."""
+    return per_group(_NOTES, gone, lambda group: message_tokens(eviction_note(group)))
+
+
 def eviction_note(gone: list[dict]) -> dict:
     """One line for what was evicted, then what a summary would keep of it, as sections the next
     summary merges: files changed, read and named, decisions, one error line per kind, and what an
@@ -1613,10 +1671,7 @@ def eviction_note(gone: list[dict]) -> dict:
     carried = [parse_summary(content_text(m)) for m in gone if is_eviction_note(m)]
     sections = {t: list(dict.fromkeys([x for old in carried for x in old.get(t, [])] + new[t])) for t in NOTE_SECTIONS}
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())
-    # what earlier notes carried keeps its room; what is new takes a share of the messages it stands for
-    budget = (max(NOTE_MIN_TOKENS, int(NOTE_SHARE * sum(message_tokens(m) for m in gone if not is_eviction_note(m))))
-              + sum(message_tokens(m) for m in gone if is_eviction_note(m)))
-    sections = fit_summary(sections, budget, NOTE_SECTIONS)
+    sections = fit_summary(sections, note_budget(gone), NOTE_SECTIONS)
     line = (f"{EVICTED} {len(gone)} messages{': ' + what if what else ''}; "
             "the archive holds them (use the recall tool)")
     return {"role": "user", "content": "\n".join(filter(None, [line, render_summary(sections)]))}
@@ -1811,6 +1866,7 @@ class Compactor:
     graded: bool = False  # the rolling summary grades detail by age: the oldest in one line
     state: CompactState = field(default_factory=CompactState)
     guard: SummaryGuard = field(init=False)
+    _noted: object = field(default=None, init=False, repr=False, compare=False)  # the last message note_files read
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -1854,6 +1910,9 @@ class Compactor:
         waiting = size <= self.state.floor and size <= budget.effective(messages)  # no progress yet, and it fits
         if not force and (size <= start * budget.effective(messages) or waiting):
             return self.premask(messages, run) if self.mask_every_call else messages
+        precise = sum(message_tokens(m) for m in precise_messages(messages, self.precise_tools))
+        if precise > budget.effective(messages):  # no step may touch them: fail before running every step
+            raise self.overflow(messages, precise)
         run.inputs, out = {id(m) for m in messages}, messages
         for name, step, lossy in self.steps():
             if only is not None:  # the caller named the steps: they run whatever the target says
@@ -1994,7 +2053,9 @@ class Compactor:
         """evo-agent's RecentFiles: every file a call read or wrote, in the order used, the last
         RECENT_FILES of them; noted at every call, not only when messages leave (lesson 13)."""
         files = list(self.state.recent_files)
-        for m in messages:
+        start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if messages[i] is self._noted), 0)
+        self._noted = messages[-1] if messages else None  # the next call reads only what came after it
+        for m in messages[start:]:
             for call in m.get("tool_calls") or []:
                 if call_name(call) in ("read_file", *WRITE_TOOLS):
                     for path in call_paths(call):
@@ -2097,18 +2158,22 @@ class Compactor:
         out = repair(out)
         before, after = budget.history(original), budget.history(out)
         if after > budget.effective(out):
-            precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
-            raise ContextOverflowError(
-                f"the latest turn with the pinned constraints needs {after:,} tokens but only "
-                f"{budget.effective(out):,} are left in the window after the last resort"
-                + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
-                   f"compressed, take {precise:,} of them" if precise else "")
-                + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
+            raise self.overflow(out, after)
         self.state.compactions += 1
         self.state.tokens_saved += max(0, before - after)
         over_trigger = after > self.trigger * budget.effective(out)
         self.state.floor = int(after * GROWTH_BEFORE_RETRY) if over_trigger else 0
         return out
+
+    def overflow(self, out: list[dict], after: int) -> ContextOverflowError:
+        """What did not fit after the last resort, and how much of it precise results hold."""
+        precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
+        return ContextOverflowError(
+            f"the latest turn with the pinned constraints needs {after:,} tokens but only "
+            f"{self.budget.effective(out):,} are left in the window after the last resort"
+            + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
+               f"compressed, take {precise:,} of them" if precise else "")
+            + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
 
     def stats(self) -> str:
         """The compactor's health in a line or two: when the summarizer failed, and a warning while

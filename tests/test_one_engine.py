@@ -78,3 +78,32 @@ def test_the_validator_returns_a_valid_list_itself():
     valid = ORPHANED[:2] + ORPHANED[3:]
     assert compact.repair(valid) is valid
     assert compact.repair(ORPHANED) == valid
+
+
+# --- Speed, as ratios measured in one run (item 8) -------------------------------------------
+
+
+def test_mask_secrets_is_linear_on_one_long_word():
+    import benchmark
+    assert benchmark.secrets_ratio(20_000)["ratio"] <= 2  # it was quadratic: ~1,000× at this size
+
+
+def test_a_messages_tokens_are_counted_once(monkeypatch):
+    counted = []
+    text_tokens = compact.text_tokens
+    monkeypatch.setattr(compact, "text_tokens", lambda text: counted.append(text) or text_tokens(text))
+    message = {"role": "assistant", "content": "reading it", "tool_calls": [call("c1", "read_file", path="a.py")]}
+    first = compact.message_tokens(message)
+    calls = len(counted)
+    assert compact.message_tokens(message) == first and len(counted) == calls  # the second time: memoized
+    changed = {**message, "content": "reading it again"}  # a new dict, or new content, is counted anew
+    assert compact.message_tokens(changed) > first and len(counted) > calls
+
+
+def test_when_precise_results_alone_pass_the_window_no_step_runs():
+    messages = surveyed()
+    big = [{**m, "content": m["content"] * 2_000} if m.get("tool_call_id") == "c1" else m for m in messages]
+    ladder = compact.Compactor(context_window=4_000, reserved_output=500, precise_tools=("read_file",))
+    with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(read_file\)"):
+        ladder.compact(big)
+    assert ladder.report == []  # failed before running every step on a history no step may shrink
