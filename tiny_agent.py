@@ -216,9 +216,10 @@ class Compaction:
     meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, stats line) for /context
 
 
-def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT) -> Compaction:
-    """The tutorial's sawtooth: compact_messages with the cheap model's summary; level 1 and up
-    compact now. A refusal from the server stands (Layer 2 recovers from it)."""
+def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT,
+                        summarize: Callable = summarize) -> Compaction:
+    """The tutorial's sawtooth: compact_messages with the cheap model's summary (or the one given);
+    level 1 and up compact now. A refusal from the server stands (Layer 2 recovers from it)."""
     def fit(messages, focus=None, level=0, usage=None):
         return compact_messages(messages, summarize, threshold=0 if level else threshold, keep_recent=keep_recent)
     return Compaction("sawtooth", fit)

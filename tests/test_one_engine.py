@@ -107,3 +107,12 @@ def test_when_precise_results_alone_pass_the_window_no_step_runs():
     with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(read_file\)"):
         ladder.compact(big)
     assert ladder.report == []  # failed before running every step on a history no step may shrink
+
+
+def test_lesson_02_runs_the_agents_own_tutorial_entry_with_its_summarizer():
+    """Item 6: the lesson calls tiny_agent.tutorial_compaction with its own summarizer, not a copy of it."""
+    import ast
+    from conftest import ROOT
+    tree = ast.parse((ROOT / "lessons" / "02_sawtooth.py").read_text(encoding="utf-8"))
+    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert "tutorial_compaction" in called and "compact_messages" not in called
