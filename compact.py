@@ -109,6 +109,7 @@ def compact_messages(messages: list[dict], summarize=summarize, threshold: int =
 import math  # noqa: E402  each part's imports stand at its start, so Part I reads alone
 import re  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -750,6 +751,9 @@ def summarize_offline(messages: list[dict], focus: str | None = None, budget: in
     return render_summary(sections)
 
 
+summarize_offline.extractive = True  # a guard calls it directly: it cannot fail like a model
+
+
 def fit_summary(sections: dict[str, list[str]], budget: int, expendable: tuple = EXPENDABLE) -> dict[str, list[str]]:
     """Keep a summary within `budget` tokens: the oldest items of the `expendable` sections are first
     shortened to DETAIL_CHARS, then dropped, oldest first, before anything newer (lesson 04)."""
@@ -930,16 +934,6 @@ def source_text(messages: list[dict]) -> str:
                      for m in messages)
 
 
-def summarize_default(messages: list[dict], focus: str | None = None) -> str:
-    """The model when one is configured, its claims checked against the turns and its gaps
-    backfilled; the offline summarizer otherwise. A failure is the caller's to meet
-    (summarize_safely, or the ladder's guard)."""
-    if not model_configured():
-        return summarize_offline(messages, focus)
-    text = summarize_with_model(messages, focus)
-    return backfill(flag_unverified(text, source_text(messages)), messages) if text.strip() else text
-
-
 # --- Valid lists (lesson 08) -----------------------------------------------------------------
 # Without it: a stray system message or an unanswered call in the kept tail is an HTTP 400.
 
@@ -1094,6 +1088,101 @@ class Archive:
         return json.dumps(m, ensure_ascii=False, indent=1)
 
 
+# --- The guard: a summarizer that fails never costs history (lessons 04, 13) -----------------
+# Without it: a summary model that fails, hangs or answers an error message costs a compaction,
+# every compaction calls it again, and a weak summary drops what the turns held.
+
+
+class SummaryFailure(Exception):
+    """A summarizer answered with something that must not replace the history."""
+
+
+LOOKS_LIKE_ERROR = re.compile(r"^\W*(error|exception|traceback|rate limit|internal server error|"
+                              r"service unavailable|bad gateway|sorry|i can(no|')t|as an ai)\b", re.I)
+
+
+def check_summary(text, max_tokens: int) -> str:
+    """Refuse an empty, oversized or error-shaped answer, so it never replaces the history (lesson 13)."""
+    if not isinstance(text, str) or not text.strip():
+        raise SummaryFailure("the summarizer returned nothing")
+    if text_tokens(text) > max_tokens:
+        raise SummaryFailure(f"the summary has {text_tokens(text):,} tokens, over its {max_tokens:,} budget")
+    if LOOKS_LIKE_ERROR.search(text[:200]):
+        raise SummaryFailure(f"the summary looks like an error message: {text[:80]!r}")
+    return text
+
+
+def call_with_timeout(fn: Callable, timeout: float, *args, **kwargs):
+    """Run fn in a daemon thread and stop waiting after `timeout` seconds."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as error:  # handed to the caller below
+            box["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise TimeoutError(f"the summarizer did not answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@dataclass
+class SummaryGuard:
+    """Calls the summarizer so that its failure never costs history: a timeout, a check of the
+    answer, the structured offline summary as fallback, the extractive facts backfilled, and a
+    breaker that stops calling a summarizer which failed `max_failures` times in a row for the
+    next `cooldown` compactions (lesson 13)."""
+
+    summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
+    offline: Callable | None = None  # the fallback, and the summarizer when no model is configured;
+    # None: summarize_offline (the ladder gives summarize_structured)
+    timeout: float = 60.0  # seconds one summarizer call may take
+    max_tokens: int = 4_000  # a longer summary is refused
+    max_failures: int = 3  # failures in a row that open the breaker
+    cooldown: int = 5  # compactions the breaker stays open
+    confidence: bool = False  # label unverified lines with the share of their facts found
+    state: CompactState | None = None  # where failures are counted for /context, whatever the strategy
+    failures: int = 0  # state: failures in a row so far
+    skip: int = 0  # state: compactions left before the summarizer is tried again
+    last_error: str = ""  # state: the last failure, for the user
+    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
+
+    def __call__(self, messages: list[dict], focus: str | None = None) -> str:
+        offline = self.offline or summarize_offline
+        summarize = self.summarize or (summarize_with_model if model_configured() else offline)
+        if summarize is offline or getattr(summarize, "extractive", False):  # no model: nothing to guard
+            return summarize(messages, focus)
+        if self.skip > 0:
+            self.skip -= 1
+            return offline(messages, focus)
+        try:
+            text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus),
+                                 self.max_tokens)
+        except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
+            self.failures += 1
+            self.last_error = f"{type(error).__name__}: {str(error)[:160]}"
+            self.failed_at.append(time.time())
+            if self.state is not None:
+                self.state.failures, self.state.last_error = self.state.failures + 1, self.last_error
+            print(f"[compact] the summarizer failed ({self.last_error[:120]}); using the offline summary",
+                  file=sys.stderr)
+            if self.failures >= self.max_failures:
+                self.failures, self.skip = 0, self.cooldown
+            return offline(messages, focus)
+        self.failures = 0
+        return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
+
+    @property
+    def open(self) -> bool:
+        return self.skip > 0
+
+
 # --- The sawtooth as the agent runs it (lessons 02-04) ---------------------------------------
 # Without it: everything above stays unused: the tutorial's sawtooth meets a real server alone.
 
@@ -1122,21 +1211,6 @@ GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% 
 RECENT_FILES = 5  # the files a ladder's summary names as recently used
 
 
-def summarize_safely(summarize: Callable, middle: list[dict], focus: str | None, state: CompactState) -> str:
-    """Any summarizer's failure (an error, an empty answer) falls back to the offline summary and is
-    counted in `state`; the user is told in one line. Ctrl-C still stops it (lesson 04)."""
-    try:
-        text = summarize(middle, focus)
-        if isinstance(text, str) and text.strip():
-            return text
-        reason = "an empty answer"
-    except Exception as error:  # a summarizer is outside code: whatever it raises, the history is kept
-        reason = f"{type(error).__name__}: {str(error)[:120]}"
-    state.failures, state.last_error = state.failures + 1, reason
-    print(f"[compact] the summarizer failed ({reason}); using the offline summary", file=sys.stderr)
-    return summarize_offline(middle, focus)
-
-
 def replaced_line(middle: list[dict], state: CompactState) -> str:
     """The summary's first line says what it replaced (messages, tokens, the agent's turns) and
     when, as the compaction's number, so it can be checked against the archive (lesson 04)."""
@@ -1157,6 +1231,7 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     or the input when a summary would not help."""
     check_messages(messages)
     state = CompactState() if state is None else state
+    guard = summarize if isinstance(summarize, SummaryGuard) else SummaryGuard(summarize, state=state)
     kept = drop_old_reasoning(messages)  # thinking servers ignore it; archived with the rest below
     size = max(tokens or 0, estimate_tokens(kept))
     due = len(kept) > threshold or bool(max_tokens and size > max_tokens)
@@ -1171,7 +1246,7 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     room = int(PIN_SHARE * max_tokens) if max_tokens else SUMMARY_TOKENS
 
     def summary_of(middle: list[dict]) -> str:
-        text = summarize_safely(summarize or summarize_default, middle, focus, state)
+        text = guard(middle, focus)
         return with_notes(replaced_line(middle, state) + "\n" + text,
                           user_notes(state, kept[:head] + held + kept[cut:], room, archive is not None))
     base = [m for m in kept if id(m) not in {id(h) for h in held}]
@@ -1207,7 +1282,6 @@ def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, s
 # ============================================================================================
 
 import functools  # noqa: E402
-import threading  # noqa: E402
 
 # --- Measuring (lesson 03) -------------------------------------------------------------------
 
@@ -1513,6 +1587,9 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
     return render_summary(sections)
 
 
+summarize_structured.extractive = True  # as summarize_offline: no model, nothing for a guard to catch
+
+
 # --- Validation (lesson 08) ------------------------------------------------------------------
 
 
@@ -1677,93 +1754,6 @@ def eviction_note(gone: list[dict]) -> dict:
     return {"role": "user", "content": "\n".join(filter(None, [line, render_summary(sections)]))}
 
 
-# --- The guard: a summarizer that fails never costs history (lesson 13) ----------------------
-
-
-class SummaryFailure(Exception):
-    """A summarizer answered with something that must not replace the history."""
-
-
-LOOKS_LIKE_ERROR = re.compile(r"^\W*(error|exception|traceback|rate limit|internal server error|"
-                              r"service unavailable|bad gateway|sorry|i can(no|')t|as an ai)\b", re.I)
-
-
-def check_summary(text, max_tokens: int) -> str:
-    """Refuse an empty, oversized or error-shaped answer, so it never replaces the history (lesson 13)."""
-    if not isinstance(text, str) or not text.strip():
-        raise SummaryFailure("the summarizer returned nothing")
-    if text_tokens(text) > max_tokens:
-        raise SummaryFailure(f"the summary has {text_tokens(text):,} tokens, over its {max_tokens:,} budget")
-    if LOOKS_LIKE_ERROR.search(text[:200]):
-        raise SummaryFailure(f"the summary looks like an error message: {text[:80]!r}")
-    return text
-
-
-def call_with_timeout(fn: Callable, timeout: float, *args, **kwargs):
-    """Run fn in a daemon thread and stop waiting after `timeout` seconds."""
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as error:  # handed to the caller below
-            box["error"] = error
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError(f"the summarizer did not answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-@dataclass
-class SummaryGuard:
-    """Calls the summarizer so that its failure never costs history: a timeout, a check of the
-    answer, the structured offline summary as fallback, the extractive facts backfilled, and a
-    breaker that stops calling a summarizer which failed `max_failures` times in a row for the
-    next `cooldown` compactions (lesson 13)."""
-
-    summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
-    offline: Callable = None  # the fallback, and the summarizer when no model is configured
-    timeout: float = 60.0  # seconds one summarizer call may take
-    max_tokens: int = 4_000  # a longer summary is refused
-    max_failures: int = 3  # failures in a row that open the breaker
-    cooldown: int = 5  # compactions the breaker stays open
-    confidence: bool = False  # label unverified lines with the share of their facts found
-    failures: int = 0  # state: failures in a row so far
-    skip: int = 0  # state: compactions left before the summarizer is tried again
-    last_error: str = ""  # state: the last failure, for the user
-    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
-
-    def __call__(self, messages: list[dict], focus: str | None = None) -> str:
-        offline = self.offline or summarize_structured
-        summarize = self.summarize or (summarize_with_model if model_configured() else offline)
-        if summarize in (summarize_offline, summarize_structured, offline):
-            return summarize(messages, focus)
-        if self.skip > 0:
-            self.skip -= 1
-            return offline(messages, focus)
-        try:
-            text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus=focus),
-                                 self.max_tokens)
-        except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
-            self.failures += 1
-            self.last_error = f"{type(error).__name__}: {str(error)[:160]}"
-            self.failed_at.append(time.time())
-            if self.failures >= self.max_failures:
-                self.failures, self.skip = 0, self.cooldown
-            return offline(messages, focus)
-        self.failures = 0
-        return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
-
-    @property
-    def open(self) -> bool:
-        return self.skip > 0
-
-
 # --- The ladder (lessons 10-13) --------------------------------------------------------------
 
 
@@ -1875,7 +1865,7 @@ class Compactor:
         if unknown:
             raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEP_NAMES)}")
         offline = functools.partial(summarize_structured, graded=True) if self.graded else summarize_structured
-        self.guard = SummaryGuard(self.summarize, offline, confidence=self.confidence)
+        self.guard = SummaryGuard(self.summarize, offline, confidence=self.confidence, state=self.state)
 
     @classmethod
     def from_seed(cls, name: str, **settings) -> "Compactor":

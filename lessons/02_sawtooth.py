@@ -92,7 +92,7 @@ def summarizer(summaries: list[tuple[list[dict], str]]):
         if model_configured():
             try:
                 text = summarize(middle)
-            except Exception as error:  # Part I has no fallback: Part II's summarize_safely is one
+            except Exception as error:  # Part I has no fallback: Part II's SummaryGuard is one
                 print(f"[summary] compact.summarize failed ({type(error).__name__}); the stand-in wrote this one")
         summaries.append((middle, text))
         return text

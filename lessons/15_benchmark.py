@@ -178,7 +178,7 @@ def main(argv=None) -> None:
     if refusal:
         sys.exit(f"error: --readme: {refusal}")
     if args.model and compact.model_configured():
-        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_default, None
+        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_with_model, None  # through each guard
         benchmark.SUMMARY_WINDOW = compact.summary_window()
         benchmark.JOBS = 1  # model calls from forked workers would share the parent's connections
     else:  # offline by default, or zones would also call a model for every big tool output

@@ -116,3 +116,32 @@ def test_lesson_02_runs_the_agents_own_tutorial_entry_with_its_summarizer():
     tree = ast.parse((ROOT / "lessons" / "02_sawtooth.py").read_text(encoding="utf-8"))
     called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert "tutorial_compaction" in called and "compact_messages" not in called
+
+
+# --- One guard for every strategy (items 2, 5) -----------------------------------------------
+
+
+def long_task(n: int = 40) -> list[dict]:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "Read every note."}]
+    for k in range(n):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call(f"c{k}", "read_file", path=f"n{k}.txt")]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": f"note {k}: " + "words " * 80}]
+    return messages
+
+
+@pytest.mark.parametrize("strategy", ["sawtooth", "layered"])
+def test_every_strategy_waits_after_three_failures_in_a_row_and_counts_them(strategy, capsys):
+    import tiny_agent
+    calls = []
+
+    def broken(messages, focus=None):
+        calls.append(1)
+        raise ConnectionError("the summary model is down")
+    config = tiny_agent.load_config({}, strategy=strategy)
+    made = tiny_agent.make_compaction(config, broken)
+    for _ in range(6):  # six compactions, each forced
+        out = made.fit(long_task(), level=1)
+        assert compact.find_problems(out) == [] and out is not None
+    assert len(calls) == 3  # then the breaker waits, as the ladder always did
+    assert made.state.failures == 3 and "ConnectionError" in made.state.last_error
+    assert capsys.readouterr().err.count("[compact] the summarizer failed") == 3
