@@ -7,11 +7,12 @@ stop at the end of any part and still run.
     Part I    the tutorial's sawtooth   above 30 messages keep the system prompt and the last 6,
                                         and replace the rest with a cheap model's summary  lesson 02
     Part II   what real servers need    tokens, the token net, refusals, a summarizer that reads
-                                        in pieces, offline summaries, valid lists, the archive,
-                                        and `sawtooth`, which puts them around Part I  lessons 03-04
+                                        in pieces, offline summaries, the user's words carried in
+                                        the state, valid lists, the archive, the guard, and
+                                        `sawtooth`, which puts them around Part I  lessons 03-04
     Part III  the ladder                what production agents add, cheapest first: masking,
-                                        snipping, clearing, structured summaries, pins, eviction,
-                                        the guard, zones, each design document's preset  lessons 05-16
+                                        snipping, clearing, structured summaries, eviction, zones,
+                                        each design document's preset  lessons 05-16
 
 Messages are plain OpenAI chat dicts. No function here mutates its input: a step that changes a
 message returns a new dict for it and reuses the untouched ones, so `id()` tells what changed.
@@ -621,18 +622,21 @@ def carry_user_words(state: "CompactState", messages: list[dict], kept: list[dic
 
 
 def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: bool = True, whole: bool = True) -> str:
-    """What `state` carries of the user's words, for below a summary: the task and the latest
-    request when their messages are not in `kept`, whole (or, when even the last resort does not
-    fit, within `budget`, the archive holding them), and the pinned rules within `budget`."""
+    """What `state` carries of the user's words, for below a summary, when their messages are not in
+    `kept`: the task within `budget` (a long one's head and tail, the archive holding it whole), the
+    latest request whole (within `budget` only when even the last resort does not fit), and the
+    pinned rules within `budget`. What the kept messages already show is not repeated."""
     shown = {content_text(m) for m in user_requests(kept)}
 
-    def verbatim(title: str, text: str) -> str:
-        if not text or text in shown:
+    def verbatim(title: str, text: str, whole: bool) -> str:
+        if not text or any(text in x for x in shown):
             return ""
         return f"{title}\n{text if whole or text_tokens(text) <= budget else snip_text(text, 20, budget * 3)}"
-    latest = verbatim(LATEST_NOTE, state.latest) if state.latest != state.task else ""
-    return "\n\n".join(p for p in (verbatim(TASK_NOTE, state.task), pins_text(state.pinned, budget, archived), latest)
-                        if p)
+    task = verbatim(TASK_NOTE, state.task, False)
+    latest = verbatim(LATEST_NOTE, state.latest, whole) if state.latest != state.task else ""
+    said = "\n".join([*shown, task, latest])  # a rule the request it came from still shows is not repeated
+    pins = pins_text([p for p in state.pinned if p not in said], budget, archived)
+    return "\n\n".join(p for p in (task, pins, latest) if p)
 
 
 def call_paths(call: dict) -> list[str]:
