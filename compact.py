@@ -7,11 +7,12 @@ stop at the end of any part and still run.
     Part I    the tutorial's sawtooth   above 30 messages keep the system prompt and the last 6,
                                         and replace the rest with a cheap model's summary  lesson 02
     Part II   what real servers need    tokens, the token net, refusals, a summarizer that reads
-                                        in pieces, offline summaries, valid lists, the archive,
-                                        and `sawtooth`, which puts them around Part I  lessons 03-04
+                                        in pieces, offline summaries, the user's words carried in
+                                        the state, valid lists, the archive, the guard, and
+                                        `sawtooth`, which puts them around Part I  lessons 03-04
     Part III  the ladder                what production agents add, cheapest first: masking,
-                                        snipping, clearing, structured summaries, pins, eviction,
-                                        the guard, zones, each design document's preset  lessons 05-16
+                                        snipping, clearing, structured summaries, eviction, zones,
+                                        each design document's preset  lessons 05-16
 
 Messages are plain OpenAI chat dicts. No function here mutates its input: a step that changes a
 message returns a new dict for it and reuses the untouched ones, so `id()` tells what changed.
@@ -109,6 +110,7 @@ def compact_messages(messages: list[dict], summarize=summarize, threshold: int =
 import math  # noqa: E402  each part's imports stand at its start, so Part I reads alone
 import re  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -230,7 +232,17 @@ _EXACT: list = []  # [the exact o200k encoder, or None], once `pip install .[tok
 _TOKEN_CACHE: dict[int, tuple[str, int]] = {}
 
 
-TOKEN_CACHE_SIZE = 200_000  # strings remembered; past it the oldest is forgotten, one at a time
+TOKEN_CACHE_SIZE = 200_000  # entries a memo keeps; past it the older half is forgotten at once
+
+
+def memoize(cache: dict, key, value) -> None:
+    """Keep `value` in a memo of at most TOKEN_CACHE_SIZE entries. Full, it drops its older half in
+    one pass: dropping the oldest entry one at a time makes each next drop scan the holes it left."""
+    if len(cache) >= TOKEN_CACHE_SIZE:
+        newer = list(cache.items())[len(cache) // 2:]
+        cache.clear()
+        cache.update(newer)
+    cache[key] = value
 
 
 def text_tokens(text: str) -> int:
@@ -249,9 +261,7 @@ def text_tokens(text: str) -> int:
     # the encoder refuses very long inputs; "<|endoftext|>" inside a tool output is plain text
     n = (sum(len(encoding.encode(text[i:i + 100_000], disallowed_special=()))
              for i in range(0, len(text), 100_000)) if encoding else heuristic_tokens(text))
-    if len(_TOKEN_CACHE) >= TOKEN_CACHE_SIZE:
-        del _TOKEN_CACHE[next(iter(_TOKEN_CACHE))]  # dicts keep insertion order: the oldest goes
-    _TOKEN_CACHE[id(text)] = (text, n)
+    memoize(_TOKEN_CACHE, id(text), (text, n))
     return n
 IMAGE_TOKENS = 85  # an image part, as OpenAI bills one at low detail; peers count the same. A
 # high-detail image costs more (170 a tile), and the server's usage corrects the estimate after one reply
@@ -268,16 +278,28 @@ def part_tokens(part) -> int:
     return text_tokens(json.dumps(part, ensure_ascii=False))
 
 
+_MESSAGE_CACHE: dict[int, tuple] = {}
+
+
 def message_tokens(message: dict) -> int:
     """One message: its text (every part of it), its name, its reasoning, its tool calls, and the
-    framing every message costs (lesson 03)."""
+    framing every message costs, counted once: memoized by the message's identity and the identity of
+    what it holds, so the check before every call sums cached numbers (lesson 03)."""
+    get, hit = message.get, _MESSAGE_CACHE.get(id(message))
+    if (hit is not None and hit[0] is message and hit[1] is get("content") and hit[2] is get("tool_calls")
+            and hit[3] is get("reasoning_content") and hit[4] is get("reasoning") and hit[5] is get("name")):
+        return hit[6]
     content = message.get("content")
     n = 4 + (sum(part_tokens(p) for p in content) if isinstance(content, list) else text_tokens(content_text(message)))
     n += text_tokens(reasoning_text(message)) + (1 + text_tokens(message["name"]) if message.get("name") else 0)
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         n += 3 + text_tokens(fn.get("name") or "") + text_tokens(fn.get("arguments") or "")
+    memoize(_MESSAGE_CACHE, id(message), (message, content, get("tool_calls"), get("reasoning_content"),
+                                          get("reasoning"), get("name"), n))
     return n
+
+
 def estimate_tokens(text_or_messages: str | list[dict]) -> int:
     """Tokens in a string or a message list, exact when the `tokens` extra is installed."""
     if isinstance(text_or_messages, str):
@@ -470,7 +492,7 @@ def sentences(text: str) -> list[str]:
 
 # What varies between two reports of one failure: paths and file names, pytest's "::test_name", and numbers
 # not part of a word or a code ("E404", "exit code 137" stay: they tell two errors apart).
-_VARIES = re.compile(r"(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
+_VARIES = re.compile(r"(?<![\w.-])(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
                      + PATH.pattern)
 
 
@@ -558,17 +580,87 @@ def find_constraints(messages: list[dict]) -> list[str]:
     return list(found.values())
 
 
+def pin(pinned: list[str], new: list[str]) -> list[str]:
+    """Add constraints to the pinned list in the order the user said them; a near-duplicate takes
+    the place of the older wording (the user's latest word holds)."""
+    by_key = {near_duplicate_key(p): p for p in pinned}
+    by_key.update((near_duplicate_key(c), c) for c in new)
+    return list(by_key.values())
+
+
+def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
+    """The pinned constraints within `budget` tokens, newest last; past it, a line that says how
+    many more there are and where they are. Nothing is dropped in silence (lesson 10)."""
+    shown, used = [], 0
+    for c in reversed(pinned):
+        if used + text_tokens(c) > budget:
+            break
+        shown.insert(0, c)
+        used += text_tokens(c) + 2
+    text = "Pinned user constraints (verbatim, still in force):\n" + "\n".join(f"- {c}" for c in shown)
+    if len(shown) < len(pinned):
+        text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, not shown for space"
+                 + ("; the recall tool finds them in the archive" if archived else ""))
+    return text if pinned else ""
+
+
+PIN_SHARE = 0.10  # pinned constraints may take this share of the effective window
+TASK_NOTE = "The user's task, verbatim:"
+LATEST_NOTE = "The user's latest request, verbatim:"
+
+
+def carry_user_words(state: "CompactState", messages: list[dict], kept: list[dict]) -> None:
+    """Carry in `state` what the user said that leaves `messages` (what is not in `kept`): the task
+    (the first request), every rule, and the latest request, verbatim. Every strategy calls this,
+    so a summary model that forgets cannot lose them; nothing is re-read from an old summary."""
+    requests, stays = user_requests(messages), {id(m) for m in kept}
+    if requests and not state.task and id(requests[0]) not in stays:
+        state.task = content_text(requests[0])
+    if requests:
+        state.latest = content_text(requests[-1])
+    state.pinned = pin(state.pinned, find_constraints([m for m in requests if id(m) not in stays]))
+
+
+def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: bool = True, whole: bool = True) -> str:
+    """What `state` carries of the user's words, for below a summary, when their messages are not in
+    `kept`: the task within `budget` (a long one's head and tail, the archive holding it whole), the
+    latest request whole (within `budget` only when even the last resort does not fit), and the
+    pinned rules within `budget`. What the kept messages already show is not repeated."""
+    shown = {content_text(m) for m in user_requests(kept)}
+
+    def verbatim(title: str, text: str, whole: bool) -> str:
+        if not text or any(text in x for x in shown):
+            return ""
+        return f"{title}\n{text if whole or text_tokens(text) <= budget else snip_text(text, 20, budget * 3)}"
+    task = verbatim(TASK_NOTE, state.task, False)
+    latest = verbatim(LATEST_NOTE, state.latest, whole) if state.latest != state.task else ""
+    said = "\n".join([*shown, task, latest])  # a rule the request it came from still shows is not repeated
+    pins = pins_text([p for p in state.pinned if p not in said], budget, archived)
+    return "\n\n".join(p for p in (task, pins, latest) if p)
+
+
+def call_paths(call: dict) -> list[str]:
+    """The files a call names: a file tool's `path` argument as given (a Makefile too), never the
+    paths inside the text a write puts in the file; for other calls the paths in their arguments."""
+    raw = (call.get("function") or {}).get("arguments") or ""
+    try:
+        args = json.loads(raw)
+    except (json.JSONDecodeError, TypeError):
+        args = None
+    if isinstance(args, dict) and isinstance(args.get("path"), str):
+        return [args["path"]]
+    return [] if call_name(call) in WRITE_TOOLS else PATH.findall(raw)
+
+
 def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
-    """(read, changed): paths named in tool-call arguments, in first-seen order."""
+    """(read, changed): the files calls named, in first-seen order; changed only from the paths of
+    write and edit calls."""
     read: list[str] = []
     changed: list[str] = []
     for m in messages:
         for call in m.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            bucket = changed if fn.get("name") in WRITE_TOOLS else read
-            for path in PATH.findall(fn.get("arguments") or ""):
-                if path not in bucket:
-                    bucket.append(path)
+            bucket = changed if call_name(call) in WRITE_TOOLS else read
+            bucket += [p for p in call_paths(call) if p not in bucket]
     return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
 
 
@@ -661,6 +753,9 @@ def summarize_offline(messages: list[dict], focus: str | None = None, budget: in
         sections[title] = sections[title][::-1]
     sections["Identifiers"] = [", ".join(sections["Identifiers"])] if sections["Identifiers"] else []
     return render_summary(sections)
+
+
+summarize_offline.extractive = True  # a guard calls it directly: it cannot fail like a model
 
 
 def fit_summary(sections: dict[str, list[str]], budget: int, expendable: tuple = EXPENDABLE) -> dict[str, list[str]]:
@@ -843,16 +938,6 @@ def source_text(messages: list[dict]) -> str:
                      for m in messages)
 
 
-def summarize_default(messages: list[dict], focus: str | None = None) -> str:
-    """The model when one is configured, its claims checked against the turns and its gaps
-    backfilled; the offline summarizer otherwise. A failure is the caller's to meet
-    (summarize_safely, or the ladder's guard)."""
-    if not model_configured():
-        return summarize_offline(messages, focus)
-    text = summarize_with_model(messages, focus)
-    return backfill(flag_unverified(text, source_text(messages)), messages) if text.strip() else text
-
-
 # --- Valid lists (lesson 08) -----------------------------------------------------------------
 # Without it: a stray system message or an unanswered call in the kept tail is an HTTP 400.
 
@@ -869,8 +954,9 @@ def _open_calls(out: list[dict]) -> list[dict]:
 
 
 def repair(messages: list[dict]) -> list[dict]:
-    """Make a list valid: a late system message becomes a user note, orphan results and empty
-    assistant turns go, and an unanswered call gets a placeholder result (lesson 08)."""
+    """The one validator: make a list valid, returning the input itself when it already is. A late
+    system message becomes a user note, orphan results (as OpenHands drops them) and empty assistant
+    turns go, and an unanswered call gets a placeholder result (lesson 08)."""
     pairs = pair_tool_results(messages)
     answered = {id(call) for call in pairs.values()}
     out: list[dict] = []
@@ -888,7 +974,7 @@ def repair(messages: list[dict]) -> list[dict]:
             if nxt.get("role") != "tool":  # the end of a group: answer what is still open
                 out += [{"role": "tool", "tool_call_id": c.get("id"), "content": LOST_RESULT}
                         for c in _open_calls(out) if id(c) not in answered]
-    return out
+    return messages if len(out) == len(messages) and all(a is b for a, b in zip(out, messages)) else out
 
 
 def leaving(before: list[dict], after: list[dict]) -> list[dict]:
@@ -937,7 +1023,9 @@ SECRET_TOKEN = re.compile(r"\b(?:sk-[\w-]{16,}|gh[pousr]_\w{20,}|AKIA[0-9A-Z]{16
 
 # A literal after a secret-like name: quoted (`"api_key": "…"`, `password = '…'`, with \" inside
 # JSON arguments) or a NAME=value line. Never an expression: `token = request.GET.get("token")`.
-_SECRET_NAME = r"[\w-]*(?:api[_-]?key|token|secret|password|passwd)[\w-]*"
+# The name starts a word and is at most 64 characters on each side of its keyword: a regex that may
+# start anywhere inside a long word re-reads it from every position (16 s for a 16,000-character one).
+_SECRET_NAME = r"(?<![\w-])[\w-]{0,64}(?:api[_-]?key|token|secret|password|passwd)[\w-]{0,64}"
 
 
 SECRET_VALUE = re.compile(rf"((?i:{_SECRET_NAME})\\*[\"']?\s*[:=]\s*(\\*[\"']))([^\s\"'\\{{]{{8,}})(?=\2)"
@@ -1004,6 +1092,101 @@ class Archive:
         return json.dumps(m, ensure_ascii=False, indent=1)
 
 
+# --- The guard: a summarizer that fails never costs history (lessons 04, 13) -----------------
+# Without it: a summary model that fails, hangs or answers an error message costs a compaction,
+# every compaction calls it again, and a weak summary drops what the turns held.
+
+
+class SummaryFailure(Exception):
+    """A summarizer answered with something that must not replace the history."""
+
+
+LOOKS_LIKE_ERROR = re.compile(r"^\W*(error|exception|traceback|rate limit|internal server error|"
+                              r"service unavailable|bad gateway|sorry|i can(no|')t|as an ai)\b", re.I)
+
+
+def check_summary(text, max_tokens: int) -> str:
+    """Refuse an empty, oversized or error-shaped answer, so it never replaces the history (lesson 13)."""
+    if not isinstance(text, str) or not text.strip():
+        raise SummaryFailure("the summarizer returned nothing")
+    if text_tokens(text) > max_tokens:
+        raise SummaryFailure(f"the summary has {text_tokens(text):,} tokens, over its {max_tokens:,} budget")
+    if LOOKS_LIKE_ERROR.search(text[:200]):
+        raise SummaryFailure(f"the summary looks like an error message: {text[:80]!r}")
+    return text
+
+
+def call_with_timeout(fn: Callable, timeout: float, *args, **kwargs):
+    """Run fn in a daemon thread and stop waiting after `timeout` seconds."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as error:  # handed to the caller below
+            box["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise TimeoutError(f"the summarizer did not answer within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@dataclass
+class SummaryGuard:
+    """Calls the summarizer so that its failure never costs history: a timeout, a check of the
+    answer, the structured offline summary as fallback, the extractive facts backfilled, and a
+    breaker that stops calling a summarizer which failed `max_failures` times in a row for the
+    next `cooldown` compactions (lesson 13)."""
+
+    summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
+    offline: Callable | None = None  # the fallback, and the summarizer when no model is configured;
+    # None: summarize_offline (the ladder gives summarize_structured)
+    timeout: float = 60.0  # seconds one summarizer call may take
+    max_tokens: int = 4_000  # a longer summary is refused
+    max_failures: int = 3  # failures in a row that open the breaker
+    cooldown: int = 5  # compactions the breaker stays open
+    confidence: bool = False  # label unverified lines with the share of their facts found
+    state: CompactState | None = None  # where failures are counted for /context, whatever the strategy
+    failures: int = 0  # state: failures in a row so far
+    skip: int = 0  # state: compactions left before the summarizer is tried again
+    last_error: str = ""  # state: the last failure, for the user
+    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
+
+    def __call__(self, messages: list[dict], focus: str | None = None) -> str:
+        offline = self.offline or summarize_offline
+        summarize = self.summarize or (summarize_with_model if model_configured() else offline)
+        if summarize is offline or getattr(summarize, "extractive", False):  # no model: nothing to guard
+            return summarize(messages, focus)
+        if self.skip > 0:
+            self.skip -= 1
+            return offline(messages, focus)
+        try:
+            text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus),
+                                 self.max_tokens)
+        except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
+            self.failures += 1
+            self.last_error = f"{type(error).__name__}: {str(error)[:160]}"
+            self.failed_at.append(time.time())
+            if self.state is not None:
+                self.state.failures, self.state.last_error = self.state.failures + 1, self.last_error
+            print(f"[compact] the summarizer failed ({self.last_error[:120]}); using the offline summary",
+                  file=sys.stderr)
+            if self.failures >= self.max_failures:
+                self.failures, self.skip = 0, self.cooldown
+            return offline(messages, focus)
+        self.failures = 0
+        return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
+
+    @property
+    def open(self) -> bool:
+        return self.skip > 0
+
+
 # --- The sawtooth as the agent runs it (lessons 02-04) ---------------------------------------
 # Without it: everything above stays unused: the tutorial's sawtooth meets a real server alone.
 
@@ -1020,7 +1203,9 @@ class CompactState:
     failures: int = 0  # summarizer calls that failed and fell back to the offline summary
     last_error: str = ""  # the last of those failures, for /context
     summary: str = ""  # the ladder's rolling summary, updated by every compaction that summarizes
-    pinned: list[str] = field(default_factory=list)  # user constraints, verbatim
+    task: str = ""  # the user's first request, verbatim, once its message left the context
+    latest: str = ""  # the user's latest request, verbatim
+    pinned: list[str] = field(default_factory=list)  # every rule the user typed, verbatim
     recent_files: list[str] = field(default_factory=list)  # the last files the agent used, newest last
     report: list[tuple[str, int, int, float]] = field(default_factory=list)  # the last compaction's
     # steps: (name, tokens before, tokens after, seconds)
@@ -1028,21 +1213,6 @@ class CompactState:
 
 GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% growth before the next
 RECENT_FILES = 5  # the files a ladder's summary names as recently used
-
-
-def summarize_safely(summarize: Callable, middle: list[dict], focus: str | None, state: CompactState) -> str:
-    """Any summarizer's failure (an error, an empty answer) falls back to the offline summary and is
-    counted in `state`; the user is told in one line. Ctrl-C still stops it (lesson 04)."""
-    try:
-        text = summarize(middle, focus)
-        if isinstance(text, str) and text.strip():
-            return text
-        reason = "an empty answer"
-    except Exception as error:  # a summarizer is outside code: whatever it raises, the history is kept
-        reason = f"{type(error).__name__}: {str(error)[:120]}"
-    state.failures, state.last_error = state.failures + 1, reason
-    print(f"[compact] the summarizer failed ({reason}); using the offline summary", file=sys.stderr)
-    return summarize_offline(middle, focus)
 
 
 def replaced_line(middle: list[dict], state: CompactState) -> str:
@@ -1065,27 +1235,28 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     or the input when a summary would not help."""
     check_messages(messages)
     state = CompactState() if state is None else state
+    guard = summarize if isinstance(summarize, SummaryGuard) else SummaryGuard(summarize, state=state)
     kept = drop_old_reasoning(messages)  # thinking servers ignore it; archived with the rest below
     size = max(tokens or 0, estimate_tokens(kept))
     due = len(kept) > threshold or bool(max_tokens and size > max_tokens)
     head = system_head(kept)
     cut = find_cut_within(kept, keep_recent, head, max_tokens)
     if not (force or (due and size > state.floor)) or cut <= head:
-        return _archived(messages, kept, archive, state)
+        return _archived(messages, kept, archive, state, force)
     if archive is not None:  # before the summarizer: a crash or a hang inside it loses nothing
         archive.append(leaving(messages, kept[:head] + precise_messages(kept[head:cut], precise_tools) + kept[cut:]),
                        state.compactions + 1)
-    requests = user_requests(kept)
-    latest = requests[-1] if requests and not any(m is requests[-1] for m in kept[cut:]) else None
+    held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
+    room = int(PIN_SHARE * max_tokens) if max_tokens else SUMMARY_TOKENS
 
     def summary_of(middle: list[dict]) -> str:
-        text = summarize_safely(summarize or summarize_default, middle, focus, state)
-        text = replaced_line(middle, state) + "\n" + text
-        return with_notes(text, "The user's latest request, verbatim:\n" + content_text(latest) if latest else "")
-    held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
+        text = guard(middle, focus)
+        return with_notes(replaced_line(middle, state) + "\n" + text,
+                          user_notes(state, kept[:head] + held + kept[cut:], room, archive is not None))
     base = [m for m in kept if id(m) not in {id(h) for h in held}]
     if len(base) - (len(kept) - cut) <= head:
-        return _archived(messages, kept, None, state)  # the whole middle is precise: nothing to summarize
+        return _archived(kept, kept, archive, state, force)  # already archived; the whole middle is precise: nothing to summarize
+    carry_user_words(state, kept, kept[:head] + held + kept[cut:])
     out = compact_messages(base, summary_of, threshold=-1, keep_recent=len(kept) - cut)
     out[head + 1:head + 1] = held
     if out[head + 1:head + 2] and out[head + 1].get("role") == "user":
@@ -1093,15 +1264,18 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     after = estimate_tokens(out)
     if after >= estimate_tokens(kept):  # a summary longer than what it replaces is no compaction
         state.floor = int(size * GROWTH_BEFORE_RETRY)
-        return _archived(messages, kept, None, state)
+        return _archived(kept, kept, archive, state, force)  # what left was archived before the summarizer
     state.compactions, state.tokens_saved = state.compactions + 1, state.tokens_saved + size - after
     state.turns += sum(1 for m in kept[head:cut] if m.get("role") == "assistant")
     state.floor = int(after * GROWTH_BEFORE_RETRY) if max_tokens and after > max_tokens else 0
     return repair(out)  # the tail may hold what a provider rejects, e.g. a stray system message
 
 
-def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, state: CompactState) -> list[dict]:
-    """`kept` (the input when nothing changed), after archiving what left it: dropped reasoning."""
+def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, state: CompactState,
+              force: bool = False) -> list[dict]:
+    """`kept` (the input when nothing changed), valid when the compaction was forced, after archiving
+    what left it: dropped reasoning, orphan results."""
+    kept = repair(kept) if force else kept
     if archive is not None and kept is not messages:
         archive.append(leaving(messages, kept), state.compactions)
     return kept
@@ -1112,7 +1286,6 @@ def _archived(messages: list[dict], kept: list[dict], archive: Archive | None, s
 # ============================================================================================
 
 import functools  # noqa: E402
-import threading  # noqa: E402
 
 # --- Measuring (lesson 03) -------------------------------------------------------------------
 
@@ -1418,6 +1591,9 @@ def summarize_structured(messages: list[dict], focus: str | None = None, graded:
     return render_summary(sections)
 
 
+summarize_structured.extractive = True  # as summarize_offline: no model, nothing for a guard to catch
+
+
 # --- Validation (lesson 08) ------------------------------------------------------------------
 
 
@@ -1447,33 +1623,6 @@ def find_problems(messages, provider: str = "openai") -> list[str]:
         if first is not None and first.get("role") != "user":
             problems.append("the first message after the system prompt is not from the user")
     return problems
-
-
-# --- Pins and focus (lesson 10) --------------------------------------------------------------
-
-
-def pin(pinned: list[str], new: list[str]) -> list[str]:
-    """Add constraints to the pinned list in the order the user said them; a near-duplicate takes
-    the place of the older wording (the user's latest word holds)."""
-    by_key = {near_duplicate_key(p): p for p in pinned}
-    by_key.update((near_duplicate_key(c), c) for c in new)
-    return list(by_key.values())
-
-
-def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
-    """The pinned constraints within `budget` tokens, newest last; past it, a line that says how
-    many more there are and where they are. Nothing is dropped in silence (lesson 10)."""
-    shown, used = [], 0
-    for c in reversed(pinned):
-        if used + text_tokens(c) > budget:
-            break
-        shown.insert(0, c)
-        used += text_tokens(c) + 2
-    text = "Pinned user constraints (verbatim, still in force):\n" + "\n".join(f"- {c}" for c in shown)
-    if len(shown) < len(pinned):
-        text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, not shown for space"
-                 + ("; the recall tool finds them in the archive" if archived else ""))
-    return text if pinned else ""
 
 
 # --- Eviction and the rolling window (lesson 12) ---------------------------------------------
@@ -1507,15 +1656,39 @@ class Weights:
     multiply: bool = False  # role weight × (1 + recency) × 1.5 per matching kind
 
 
+def per_group(cache: dict, group: list[dict], compute: Callable):
+    """compute(group), once per group of messages: eviction scores the same groups again at every
+    compaction (memoized by the identity of the messages and of their contents)."""
+    key = tuple(id(m) for m in group)
+    hit = cache.get(key)
+    if hit is not None and all(m is h and m.get("content") is c for m, (h, c) in zip(group, hit[0])):
+        return hit[1]
+    value = compute(group)
+    memoize(cache, key, (tuple((m, m.get("content")) for m in group), value))
+    return value
+
+
+_KINDS: dict[tuple, tuple] = {}  # a group's kinds, by per_group
+_NOTES: dict[tuple, tuple] = {}  # the cost of a group's eviction note, by per_group
+
+
+def group_kinds(group: list[dict]) -> tuple[bool, bool, bool]:
+    """(a decision, an error line, a user's rule) in a group's text."""
+    def kinds(group):
+        text = " ".join(content_text(m) for m in group)
+        return (bool(DECISION.search(text)), bool(ERROR_LINE.search(text)),
+                group[0].get("role") == "user" and bool(CONSTRAINT.search(text)))
+    return per_group(_KINDS, group, kinds)
+
+
 def importance(messages: list[dict], group: tuple[int, int], recency: float, w: Weights = Weights()) -> float:
     """A score for eviction: user words outrank the agent's, decisions and errors outrank routine
     output, and newer outranks older (lesson 12)."""
     first = messages[group[0]]
-    text = " ".join(content_text(m) for m in messages[group[0]:group[1]])
     role = first.get("role")
     base = {"user": w.user, "assistant": w.call if first.get("tool_calls") else w.assistant}.get(role, w.tool)
-    kinds = [(w.decision, DECISION.search(text)), (w.error, ERROR_LINE.search(text)),
-             (w.constraint, role == "user" and CONSTRAINT.search(text))]
+    decision, error, constraint = group_kinds(messages[group[0]:group[1]])
+    kinds = [(w.decision, decision), (w.error, error), (w.constraint, constraint)]
     if w.multiply:
         return base * (1 + recency) * math.prod(1.5 for _, hit in kinds if hit)
     return base + w.recency * recency + sum(weight for weight, hit in kinds if hit)
@@ -1538,7 +1711,7 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
             continue  # the user's latest request and rules, and precise results, stay word for word
         evicted.add(g)
         gone = messages[groups[g][0]:groups[g][1]]
-        total -= sum(message_tokens(m) for m in gone) - message_tokens(eviction_note(gone))  # the note costs too
+        total -= sum(message_tokens(m) for m in gone) - note_cost(gone)  # the note costs too
     out, gap = list(messages[:head]), []
     for g, (i, j) in enumerate(groups):
         if g in evicted:
@@ -1557,6 +1730,18 @@ NOTE_SHARE = 0.25  # what a note adds takes at most this share of what it evicts
 NOTE_MIN_TOKENS = 100
 
 
+def note_budget(gone: list[dict]) -> int:
+    """What an eviction note's sections may take: what earlier notes in `gone` carried keeps its room;
+    what is new takes a share of the messages it stands for."""
+    return (max(NOTE_MIN_TOKENS, int(NOTE_SHARE * sum(message_tokens(m) for m in gone if not is_eviction_note(m))))
+            + sum(message_tokens(m) for m in gone if is_eviction_note(m)))
+
+
+def note_cost(gone: list[dict]) -> int:
+    """Tokens of the eviction note of one group, written once per group."""
+    return per_group(_NOTES, gone, lambda group: message_tokens(eviction_note(group)))
+
+
 def eviction_note(gone: list[dict]) -> dict:
     """One line for what was evicted, then what a summary would keep of it, as sections the next
     summary merges: files changed, read and named, decisions, one error line per kind, and what an
@@ -1567,100 +1752,10 @@ def eviction_note(gone: list[dict]) -> dict:
     carried = [parse_summary(content_text(m)) for m in gone if is_eviction_note(m)]
     sections = {t: list(dict.fromkeys([x for old in carried for x in old.get(t, [])] + new[t])) for t in NOTE_SECTIONS}
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())
-    # what earlier notes carried keeps its room; what is new takes a share of the messages it stands for
-    budget = (max(NOTE_MIN_TOKENS, int(NOTE_SHARE * sum(message_tokens(m) for m in gone if not is_eviction_note(m))))
-              + sum(message_tokens(m) for m in gone if is_eviction_note(m)))
-    sections = fit_summary(sections, budget, NOTE_SECTIONS)
+    sections = fit_summary(sections, note_budget(gone), NOTE_SECTIONS)
     line = (f"{EVICTED} {len(gone)} messages{': ' + what if what else ''}; "
             "the archive holds them (use the recall tool)")
     return {"role": "user", "content": "\n".join(filter(None, [line, render_summary(sections)]))}
-
-
-# --- The guard: a summarizer that fails never costs history (lesson 13) ----------------------
-
-
-class SummaryFailure(Exception):
-    """A summarizer answered with something that must not replace the history."""
-
-
-LOOKS_LIKE_ERROR = re.compile(r"^\W*(error|exception|traceback|rate limit|internal server error|"
-                              r"service unavailable|bad gateway|sorry|i can(no|')t|as an ai)\b", re.I)
-
-
-def check_summary(text, max_tokens: int) -> str:
-    """Refuse an empty, oversized or error-shaped answer, so it never replaces the history (lesson 13)."""
-    if not isinstance(text, str) or not text.strip():
-        raise SummaryFailure("the summarizer returned nothing")
-    if text_tokens(text) > max_tokens:
-        raise SummaryFailure(f"the summary has {text_tokens(text):,} tokens, over its {max_tokens:,} budget")
-    if LOOKS_LIKE_ERROR.search(text[:200]):
-        raise SummaryFailure(f"the summary looks like an error message: {text[:80]!r}")
-    return text
-
-
-def call_with_timeout(fn: Callable, timeout: float, *args, **kwargs):
-    """Run fn in a daemon thread and stop waiting after `timeout` seconds."""
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as error:  # handed to the caller below
-            box["error"] = error
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError(f"the summarizer did not answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-@dataclass
-class SummaryGuard:
-    """Calls the summarizer so that its failure never costs history: a timeout, a check of the
-    answer, the structured offline summary as fallback, the extractive facts backfilled, and a
-    breaker that stops calling a summarizer which failed `max_failures` times in a row for the
-    next `cooldown` compactions (lesson 13)."""
-
-    summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
-    offline: Callable = None  # the fallback, and the summarizer when no model is configured
-    timeout: float = 60.0  # seconds one summarizer call may take
-    max_tokens: int = 4_000  # a longer summary is refused
-    max_failures: int = 3  # failures in a row that open the breaker
-    cooldown: int = 5  # compactions the breaker stays open
-    confidence: bool = False  # label unverified lines with the share of their facts found
-    failures: int = 0  # state: failures in a row so far
-    skip: int = 0  # state: compactions left before the summarizer is tried again
-    last_error: str = ""  # state: the last failure, for the user
-    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
-
-    def __call__(self, messages: list[dict], focus: str | None = None) -> str:
-        offline = self.offline or summarize_structured
-        summarize = self.summarize or (summarize_with_model if model_configured() else offline)
-        if summarize in (summarize_offline, summarize_structured, offline):
-            return summarize(messages, focus)
-        if self.skip > 0:
-            self.skip -= 1
-            return offline(messages, focus)
-        try:
-            text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus=focus),
-                                 self.max_tokens)
-        except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
-            self.failures += 1
-            self.last_error = f"{type(error).__name__}: {str(error)[:160]}"
-            self.failed_at.append(time.time())
-            if self.failures >= self.max_failures:
-                self.failures, self.skip = 0, self.cooldown
-            return offline(messages, focus)
-        self.failures = 0
-        return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
-
-    @property
-    def open(self) -> bool:
-        return self.skip > 0
 
 
 # --- The ladder (lessons 10-13) --------------------------------------------------------------
@@ -1724,7 +1819,6 @@ def task_complexity(messages: list[dict]) -> float:
     return min(1.0, (len(set(read + changed)) + len(kinds)) / 20)
 TOO_LONG = "[this message alone would not fit the window, so it was cut; the archive holds it whole]"
 SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
-PIN_SHARE = 0.10  # pinned constraints may take this share of the effective window
 REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
 @dataclass
 class Compactor:
@@ -1766,6 +1860,7 @@ class Compactor:
     graded: bool = False  # the rolling summary grades detail by age: the oldest in one line
     state: CompactState = field(default_factory=CompactState)
     guard: SummaryGuard = field(init=False)
+    _noted: object = field(default=None, init=False, repr=False, compare=False)  # the last message note_files read
 
     def __post_init__(self):
         if self.policy not in POLICIES:
@@ -1774,7 +1869,7 @@ class Compactor:
         if unknown:
             raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEP_NAMES)}")
         offline = functools.partial(summarize_structured, graded=True) if self.graded else summarize_structured
-        self.guard = SummaryGuard(self.summarize, offline, confidence=self.confidence)
+        self.guard = SummaryGuard(self.summarize, offline, confidence=self.confidence, state=self.state)
 
     @classmethod
     def from_seed(cls, name: str, **settings) -> "Compactor":
@@ -1809,6 +1904,9 @@ class Compactor:
         waiting = size <= self.state.floor and size <= budget.effective(messages)  # no progress yet, and it fits
         if not force and (size <= start * budget.effective(messages) or waiting):
             return self.premask(messages, run) if self.mask_every_call else messages
+        precise = sum(message_tokens(m) for m in precise_messages(messages, self.precise_tools))
+        if precise > budget.effective(messages):  # no step may touch them: fail before running every step
+            raise self.overflow(messages, precise)
         run.inputs, out = {id(m) for m in messages}, messages
         for name, step, lossy in self.steps():
             if only is not None:  # the caller named the steps: they run whatever the target says
@@ -1936,37 +2034,41 @@ class Compactor:
         self.state.summary = header + "\n" + (summarize or self.guard)(middle, focus)
         self.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
         run.summarized = run.summarized or summarize is None  # the light tier calls no model
-        self.remember(middle)
         tail = held + tail
+        self.remember(messages, messages[:head] + tail)
         ack = [ACK] if tail and tail[0].get("role") == "user" else []
-        return [*messages[:head], self.summary_message(messages, run.focus), *ack, *tail]
+        return [*messages[:head], self.summary_message(messages, run.focus, messages[:head] + tail), *ack, *tail]
 
-    def remember(self, leaving: list[dict]) -> None:
-        """Carry forward what must outlive the messages: the user's pinned constraints."""
-        self.state.pinned = pin(self.state.pinned, find_constraints(leaving))
+    def remember(self, messages: list[dict], kept: list[dict]) -> None:
+        """Carry forward what must outlive the messages: the user's words (carry_user_words)."""
+        carry_user_words(self.state, messages, kept)
 
     def note_files(self, messages: list[dict]) -> None:
         """evo-agent's RecentFiles: every file a call read or wrote, in the order used, the last
         RECENT_FILES of them; noted at every call, not only when messages leave (lesson 13)."""
         files = list(self.state.recent_files)
-        for m in messages:
+        start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if messages[i] is self._noted), 0)
+        self._noted = messages[-1] if messages else None  # the next call reads only what came after it
+        for m in messages[start:]:
             for call in m.get("tool_calls") or []:
                 if call_name(call) in ("read_file", *WRITE_TOOLS):
-                    for path in PATH.findall((call.get("function") or {}).get("arguments") or ""):
+                    for path in call_paths(call):
                         files = [f for f in files if f != path] + [path]
         self.state.recent_files = files[-RECENT_FILES:]
 
-    def summary_message(self, messages: list[dict] = (), focus: str | None = None) -> dict:
-        """The summary, then what the compactor itself carries: pins, recent files (their current
-        text when `reattach` can read it), where the archive is, and the focus if asked to."""
+    def summary_message(self, messages: list[dict] = (), focus: str | None = None, kept: list[dict] = (),
+                        whole: bool = True) -> dict:
+        """The summary, then what the compactor itself carries: the user's words not in `kept`,
+        recent files (their current text when `reattach` can read it), where the archive is, and
+        the focus if asked to."""
         effective = self.budget.effective(list(messages))
-        extra = [pins_text(self.state.pinned, int(PIN_SHARE * effective), self.archive is not None)]
-        if self.append_focus and focus:
+        extra = [user_notes(self.state, list(kept), int(PIN_SHARE * effective), self.archive is not None, whole)]
+        if self.append_focus and focus and whole:
             extra.append(f"Focus of this compaction: {focus}")
-        if self.state.recent_files:
+        if self.state.recent_files and whole:  # when even the last resort is tight, only the user's words
             extra.append("Recently used files (reopen them if you need their content): "
                          + ", ".join(self.state.recent_files))
-        extra += self.reattached(min(8_000, int(REATTACH_SHARE * effective)))
+        extra += self.reattached(min(8_000, int(REATTACH_SHARE * effective))) if whole else []
         if self.archive is not None:
             extra.append(f"The full text of the compacted turns is archived in {self.archive.path}; "
                          "the recall tool searches it.")
@@ -1990,7 +2092,7 @@ class Compactor:
         target = int(self.target * self.budget.effective(messages))
         out = evict_by_importance(messages, target, head, tail_start, self.weights, self.precise_tools)
         self.archive_messages(leaving(messages, out), run)
-        self.remember(leaving(messages, out))
+        self.remember(messages, out)
         return out
 
     def last_resort(self, messages: list[dict], run: Pass | None = None) -> list[dict]:
@@ -2013,21 +2115,22 @@ class Compactor:
         elif fresh:  # after it, an extractive summary of what leaves now goes below it, with no model call
             offline = getattr(self.guard, "offline", None) or summarize_structured
             self.state.summary = self.state.summary.rstrip() + "\n\n" + offline(fresh, run.focus)
-        self.remember(gone)
+        self.remember(messages, system + turn)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
         cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),
                                      keep_last=0)
         turn = [t if any(t is h for h in held) else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
-        out = [*system, self.summary_message(messages, run.focus), *ack, *turn]
+        out = [*system, self.summary_message(messages, run.focus, system + turn), *ack, *turn]
         if self.over(out, 1.0, run):  # the summary itself does not fit:
             self.state.summary = "(The summary of the earlier turns did not fit the window; see the archive.)"
-            out = [*system, self.summary_message(messages, run.focus), *ack, *turn]  # pins and archive note stay
+            out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *turn]  # the
+            # user's words (cut to their share, whole in the archive) and the archive note stay
         if self.over(out, 1.0, run):  # the latest turn alone does not fit: its long texts are cut too
             exact = {id(m) for m in precise_messages(turn, self.precise_tools)}  # never cut, as everywhere
             cut = [m if m.get("role") == "user" or id(m) in exact or message_tokens(m) <= snip_max
                    else _with_content(m, TOO_LONG + "\n" + snip_text(content_text(m), 20, snip_max * 3)) for m in turn]
-            out = [*system, self.summary_message(messages, run.focus), *ack, *cut]
+            out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *cut]
         return out
 
     def archive_messages(self, gone: list[dict], run: Pass) -> None:
@@ -2042,23 +2145,29 @@ class Compactor:
         budget = self.budget
         if out is original and budget.history(original) <= budget.effective(original):
             self.state.floor = int(budget.history(original) * GROWTH_BEFORE_RETRY)  # nothing helped
-            return original
+            out = repair(original) if run.force else original  # a forced compaction's list is valid too
+            self.archive_messages(leaving(original, out), run)
+            return out
         self.archive_messages(leaving(original, out), run)
         out = repair(out)
         before, after = budget.history(original), budget.history(out)
         if after > budget.effective(out):
-            precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
-            raise ContextOverflowError(
-                f"the latest turn with the pinned constraints needs {after:,} tokens but only "
-                f"{budget.effective(out):,} are left in the window after the last resort"
-                + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
-                   f"compressed, take {precise:,} of them" if precise else "")
-                + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
+            raise self.overflow(out, after)
         self.state.compactions += 1
         self.state.tokens_saved += max(0, before - after)
         over_trigger = after > self.trigger * budget.effective(out)
         self.state.floor = int(after * GROWTH_BEFORE_RETRY) if over_trigger else 0
         return out
+
+    def overflow(self, out: list[dict], after: int) -> ContextOverflowError:
+        """What did not fit after the last resort, and how much of it precise results hold."""
+        precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
+        return ContextOverflowError(
+            f"the latest turn with the pinned constraints needs {after:,} tokens but only "
+            f"{self.budget.effective(out):,} are left in the window after the last resort"
+            + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
+               f"compressed, take {precise:,} of them" if precise else "")
+            + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
 
     def stats(self) -> str:
         """The compactor's health in a line or two: when the summarizer failed, and a warning while

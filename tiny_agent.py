@@ -220,9 +220,10 @@ class Compaction:
     meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, stats line) for /context
 
 
-def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT) -> Compaction:
-    """The tutorial's sawtooth: compact_messages with the cheap model's summary; level 1 and up
-    compact now. A refusal from the server stands (Layer 2 recovers from it)."""
+def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT,
+                        summarize: Callable = summarize) -> Compaction:
+    """The tutorial's sawtooth: compact_messages with the cheap model's summary (or the one given);
+    level 1 and up compact now. A refusal from the server stands (Layer 2 recovers from it)."""
     def fit(messages, focus=None, level=0, usage=None):
         return compact_messages(messages, summarize, threshold=0 if level else threshold, keep_recent=keep_recent)
     return Compaction("sawtooth", fit)
@@ -673,7 +674,7 @@ from dataclasses import asdict, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
                      content_text, estimate_tokens, is_context_overflow, is_summary, leaving, model_configured,
-                     refused_size, sawtooth, snip_text, summarize_default, summarize_offline, system_head,
+                     refused_size, sawtooth, snip_text, SummaryGuard, summarize_offline, system_head,
                      text_tokens, user_requests)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
@@ -840,12 +841,13 @@ def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | 
     """compact.sawtooth with the card's rule, the token net at TRIGGER of the window, the server's
     count as the truth about size, and the archive written before the summarizer runs."""
     state = CompactState()
+    guard = SummaryGuard(summarize, state=state)  # one for the session: it waits after failures in a row
     limit = int(TRIGGER * (config.context_window - config.reserved_output)) - SCHEMA_TOKENS  # the messages' share
 
     def fit(messages, focus=None, level=0, usage=None):
         tokens = request_tokens(messages, usage) - SCHEMA_TOKENS
         with waiting(label="compacting"):
-            return sawtooth(messages, summarize, threshold=config.threshold, keep_recent=1 if level >= 2 else
+            return sawtooth(messages, guard, threshold=config.threshold, keep_recent=1 if level >= 2 else
                             config.keep_recent, max_tokens=limit, tokens=tokens, focus=focus, force=level >= 1,
                             state=state, archive=archive, precise_tools=config.precise_tools)
     return Compaction("sawtooth", fit, state=state, archive=archive)
@@ -863,7 +865,7 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
                     ws: Workspace | None = None) -> Compaction:
     """The strategy `config` names, ready for the loop: refusals recognised, the hardest level,
     a user message too large for the window handled the same way under every strategy."""
-    made = STRATEGIES[config.strategy](config, summarize or summarize_default, archive, ws)
+    made = STRATEGIES[config.strategy](config, summarize, archive, ws)  # None: the model if configured
     strategy_fit, said = made.fit, {}  # said: the window a refusal named, when the server is smaller
 
     def refused(error: Exception) -> int | None:

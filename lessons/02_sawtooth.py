@@ -21,7 +21,7 @@ At the next compaction that summary is part of the middle, so it rolls forward.
 This lesson imports only Part I of compact.py and Layer 1 of tiny_agent.py, so a fork that stops
 there runs it. The model is a stand-in written here (a script that reads files with the real
 tools), and with no model configured so is the summarizer: a few lines that list what the middle
-did. tiny_agent.tutorial_compaction() is sawtooth() below with compact.summarize.
+did. The loop calls tiny_agent.tutorial_compaction(ABOVE, KEEP, summarizer), the agent's own entry.
 
 What changed since lesson 01: strategy "none" became the tutorial's sawtooth: the loop compacts
 before every call.
@@ -30,7 +30,7 @@ compacts every 2 turns; set OPENAI_API_KEY (or OPENAI_BASE_URL) and compact.summ
 summaries.
 Explains compact.py Part I ("The tutorial's sawtooth"): THRESHOLD, KEEP_RECENT, find_cut,
 summary_message, summarize, compact_messages; tiny_agent.py Layer 1 ("The loop", "The compaction the
-loop calls", "Tools"): run, compact_now, Session, Compaction, Workspace.
+loop calls", "Tools"): run, compact_now, Session, Compaction, tutorial_compaction, Workspace.
 Run: python lessons/02_sawtooth.py
 """
 
@@ -44,9 +44,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # compact.py and tiny_agent.py
 
 from dotenv import find_dotenv, load_dotenv  # noqa: E402  python-dotenv, as tiny_agent.py reads .env
-from compact import (KEEP_RECENT, SUMMARY_TAG, THRESHOLD, compact_messages, find_cut,  # noqa: E402
-                     summarize, summary_message)
-from tiny_agent import SYSTEM_PROMPT, Compaction, Session, Workspace, run  # noqa: E402
+from compact import KEEP_RECENT, SUMMARY_TAG, THRESHOLD, find_cut, summarize, summary_message  # noqa: E402
+from tiny_agent import SYSTEM_PROMPT, Session, Workspace, run, tutorial_compaction  # noqa: E402
 
 load_dotenv(find_dotenv(usecwd=True))  # a model set in .env writes the summaries, as in the other lessons
 
@@ -93,19 +92,11 @@ def summarizer(summaries: list[tuple[list[dict], str]]):
         if model_configured():
             try:
                 text = summarize(middle)
-            except Exception as error:  # Part I has no fallback: Part II's summarize_safely is one
+            except Exception as error:  # Part I has no fallback: Part II's SummaryGuard is one
                 print(f"[summary] compact.summarize failed ({type(error).__name__}); the stand-in wrote this one")
         summaries.append((middle, text))
         return text
     return summarize_middle
-
-
-def sawtooth(summarize_middle) -> Compaction:
-    """tiny_agent.tutorial_compaction() with the lesson's summarizer and numbers: the one object
-    the loop calls before every request; level 1 and up (a refusal, /compact) compacts now."""
-    def fit(messages, focus=None, level=0, usage=None):
-        return compact_messages(messages, summarize_middle, threshold=0 if level else ABOVE, keep_recent=KEEP)
-    return Compaction("sawtooth", fit)
 
 
 def call(call_id: str, name: str, **arguments) -> dict:
@@ -158,7 +149,7 @@ def main() -> None:
     print("[stand-in] The model is a fixed Python script, not a language model; the loop and the tools are real.")
     summaries: list[tuple[list[dict], str]] = []
     befores: list[list[dict]] = []
-    compaction = sawtooth(summarizer(summaries))
+    compaction = tutorial_compaction(ABOVE, KEEP, summarizer(summaries))  # the agent's entry, the lesson's summarizer
     fit = compaction.fit
     compaction.fit = lambda messages, **kw: (befores.append(messages), fit(messages, **kw))[1]
 

@@ -19,7 +19,7 @@ How it works:
 summary_window() is the summary model's window: SUMMARY_CONTEXT_WINDOW, else CONTEXT_WINDOW. Without
 a model, summarize_offline extracts a short summary (the task, what the user said, identifiers,
 errors, progress) with regular expressions: deterministic, free, and the fallback when the model
-fails: sawtooth calls every summarizer through summarize_safely, so an error or an empty answer
+fails: sawtooth calls every summarizer through a SummaryGuard, so an error or an empty answer
 costs a summary's quality, never the history. Part III's summarize_structured (lesson 10)
 extracts more sections.
 
@@ -28,9 +28,9 @@ Try it: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) and re-run to
 summary with the offline one; set WINDOW to 3_000 for more pieces; change SEED for another conversation.
 Explains compact.py Part II ("The summarizer that reads in pieces"): transcript_lines,
 transcript_chunks, summary_request, SECTIONS_PROMPT, summary_window, summarize_with_model,
-backfill, summarize_default; ("What a summary must keep"): newest_within, error_kind; ("The
-offline summarizer"): summarize_offline, offline_items, SHARES; ("The summary message, in full"):
-with_notes, ACK; ("The sawtooth as the agent runs it"): sawtooth, summarize_safely, replaced_line;
+backfill; ("What a summary must keep"): newest_within, error_kind; ("The offline summarizer"):
+summarize_offline, offline_items, SHARES; ("The summary message, in full"): with_notes, ACK; ("The
+guard"): SummaryGuard; ("The sawtooth as the agent runs it"): sawtooth, replaced_line;
 Part I ("The tutorial's sawtooth"): SUMMARY_PROMPT, summary_message.
 Run: python lessons/04_summarizer.py
 """
@@ -39,8 +39,8 @@ import textwrap
 from types import SimpleNamespace
 
 import show
-from compact import (ACK, SECTIONS_PROMPT, SUMMARY_PROMPT, CompactState, backfill, content_text, find_cut,
-                     is_summary, model_configured, sawtooth, summarize_default, summarize_offline,
+from compact import (ACK, SECTIONS_PROMPT, SUMMARY_PROMPT, CompactState, SummaryGuard, backfill, content_text,
+                     find_cut, is_summary, model_configured, sawtooth, summarize_offline,
                      summarize_with_model, summary_window, text_tokens, transcript_chunks, transcript_lines,
                      user_requests)
 from conversations import generate_conversation
@@ -115,8 +115,8 @@ def main() -> None:
     print(f"[summary] offline summarizer ({len(offline):,} chars, from {len(middle)} messages):")
     indented(offline, 10)
     if model_configured():
-        print("[summary] the configured model (summarize_default falls back to offline if it fails):")
-        indented(summarize_default(middle), 12)
+        print("[summary] the configured model, through a SummaryGuard (it falls back to offline if it fails):")
+        indented(SummaryGuard()(middle), 12)
     else:
         print("[summary] no model configured: set OPENAI_API_KEY or OPENAI_BASE_URL to see a model's summary")
     filled = backfill(answer, middle)

@@ -25,8 +25,8 @@ under "Relevant to the focus". The Compactor uses the latest user request when n
 What changed since lesson 09: the archive keeps everything; pins keep the few things that must
 stay in view.
 Try it: add "Always run the linter." to USER_RULES; change FOCUS to "deploy.sh"; set BUDGET to 200.
-Explains compact.py Part II ("What the user asked for"): find_constraints, near_duplicate_key;
-Part III ("The structured summary"): summarize_structured; ("Pins and focus"): pin, pins_text;
+Explains compact.py Part II ("What the user asked for"): find_constraints, near_duplicate_key, pin,
+pins_text, carry_user_words, user_notes; Part III ("The structured summary"): summarize_structured;
 ("The ladder"): Compactor.remember, Compactor.summary_message.
 Run: python lessons/10_pinned_and_focus.py
 """

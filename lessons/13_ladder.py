@@ -33,9 +33,9 @@ back under the target; most compactions never reach the summarizer.
 What changed since lesson 12: the layers become one policy, with a plan for every failure.
 Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1; set
   LIGHT_TARGETS to (0.5, 0.12).
-Explains compact.py Part III ("The guard", "The ladder"): Compactor.compact, Compactor.steps,
-  Compactor.last_resort, Compactor.summarize_light, Compactor.stats, Pass, SummaryGuard,
-  check_summary; Part II ("Refusals"): ContextOverflowError. Part 1 replays the run with
+Explains compact.py Part III ("The ladder"): Compactor.compact, Compactor.steps,
+  Compactor.last_resort, Compactor.summarize_light, Compactor.stats, Pass; Part II ("The guard"):
+  SummaryGuard, check_summary; ("Refusals"): ContextOverflowError. Part 1 replays the run with
   lessons/benchmark.py's replay and CountingSummarizer (through show.watch).
 Run: python lessons/13_ladder.py
 """
@@ -103,7 +103,7 @@ def main():
 
     show.banner("2. A summarizer that fails: fallback, then the breaker")
     flaky = flaky_summarizer()
-    guard = SummaryGuard(flaky, max_failures=3, cooldown=3)
+    guard = SummaryGuard(flaky, summarize_structured, max_failures=3, cooldown=3)
     middle = generate_conversation(20, seed=5).messages[2:30]
     offline = summarize_structured(middle)
     for attempt in range(1, 8):

@@ -30,7 +30,8 @@ lesson 16's presets and cache-first batching included.
 Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 ../shared/trajectories/*.jsonl --limit 20 (--recorded-windows 8000 16000 for other windows than 16k,
 32k and 64k); --json | python -m json.tool; --plot tokens.png;
---linearity (the ladder's time from 10,000 to 50,000 messages, about half a minute more);
+--linearity (the ladder's time from 10,000 to 50,000 messages instead of 2,000 to 10,000, about half a
+minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
 "## Measured", from this run; with --trajectories ../shared/trajectories/*.jsonl the recorded ones too).
 Explains compact.py: Compactor, sawtooth, drop_old_reasoning, IDENTIFIER (all sections);
@@ -53,6 +54,7 @@ from benchmark import check_targets, pct, pct1, run_benchmark, text_chart  # noq
 
 CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LONG, SHORT = (10_000, 20_000, 50_000), (2_000, 4_000, 10_000)  # messages: --linearity, and every run
 README = os.path.join(ROOT, "README.md")  # one summary line, between markers
 GUIDE = os.path.join(ROOT, "lessons", "README.md")  # the tables, in lesson 15's section
 
@@ -176,7 +178,7 @@ def main(argv=None) -> None:
     if refusal:
         sys.exit(f"error: --readme: {refusal}")
     if args.model and compact.model_configured():
-        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_default, None
+        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_with_model, None  # through each guard
         benchmark.SUMMARY_WINDOW = compact.summary_window()
         benchmark.JOBS = 1  # model calls from forked workers would share the parent's connections
     else:  # offline by default, or zones would also call a model for every big tool output
@@ -184,7 +186,7 @@ def main(argv=None) -> None:
             os.environ.pop(name, None)
     results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
                             trajectories=args.trajectories, recorded_windows=args.recorded_windows,
-                            limit=args.limit, linearity_sizes=(10_000, 20_000, 50_000) if args.linearity else ())
+                            limit=args.limit, linearity_sizes=LONG if args.linearity else SHORT)
     targets = check_targets(results)
     elapsed = time.perf_counter() - START
     results["seconds"]["total"] = elapsed
@@ -263,6 +265,10 @@ def main(argv=None) -> None:
         for row in results["overhead"]:
             print(f"  {row['messages']:>4} messages {row['tokens']:>8,} tokens   below trigger "
                   f"{row['below_trigger']:>5.2f}×   above it (offline summary) {row['above_trigger']:>5.2f}×")
+    if "secrets" in results:
+        sec = results["secrets"]
+        print(f"\n[secrets] mask_secrets on {sec['chars']:,} characters: one word {sec['word']:.3f} s, ordinary text "
+              f"{sec['text']:.3f} s: {sec['ratio']:.2f}× (1 = linear; it was quadratic on long words)")
     if "linearity" in results:
         lin = results["linearity"]
         show.banner("Linearity: one layered compaction (every rung to the summary) of a long history")
@@ -270,8 +276,6 @@ def main(argv=None) -> None:
             print(f"  {n:>6,} messages  {seconds:>6.2f} s")
         print(f"[linearity] growth exponent of the time from {lin['messages'][0]:,} to {lin['messages'][-1]:,} "
               f"messages: {lin['exponent']:.2f} (1 = linear, 2 = quadratic; rungs: {' → '.join(lin['rungs'])})")
-    else:
-        print("\n[linearity] not measured; --linearity times the ladder from 10,000 to 50,000 messages")
     show.banner("Targets")
     for passed, text in targets:
         print(f"{'SKIP' if passed is None else 'PASS' if passed else 'FAIL'}  {text}")

@@ -32,10 +32,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compact import (IDENTIFIER, LAYERS, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
+from compact import (IDENTIFIER, LAYERS, PRESETS, SECTIONS_PROMPT, CompactState, Compactor, ContextOverflowError,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
-                     mask_old_tool_results, message_tokens, reasoning_text, sawtooth, summarize_offline,
-                     summarize_structured, summary_body, summary_request, text_tokens, transcript_chunks)
+                     mask_old_tool_results, mask_secrets, message_tokens, reasoning_text, sawtooth,
+                     summarize_offline, summarize_structured, summary_body, summary_request, text_tokens,
+                     transcript_chunks)
 from conversations import generate_conversation, generate_thinking_conversation, load_trajectories
 
 OUTPUT_PRICE = 4.0  # a summary's output tokens cost 4× an input token (gpt-4o-mini: $0.60 vs $0.15)
@@ -165,6 +166,15 @@ def compactor_strategy(name: str, make: Callable[[], Compactor]) -> Strategy:
     return Strategy(name, start)
 
 
+def sawtooth_run(threshold: int, keep_recent: int) -> Callable:
+    """compact.sawtooth as the agent runs it: one CompactState for the whole conversation, which
+    carries the user's words from one compaction to the next."""
+    def start(summarizer):
+        state = CompactState()
+        return (lambda h: sawtooth(h, summarizer, threshold=threshold, keep_recent=keep_recent, state=state)), None
+    return start
+
+
 def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: int = 30,
                keep_recent: int = 6) -> list[Strategy]:
     """The strategies of the benchmark, with the parameters the issue names, then every preset of
@@ -175,9 +185,7 @@ def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: in
                  from_compact_py=False, uses_window=False),
         Strategy(f"mask {mask_window}", lambda s: (lambda h: mask_old_tool_results(h, keep_last=mask_window), None),
                  uses_window=False),
-        Strategy(f"sawtooth {threshold}/{keep_recent}",
-                 lambda s: (lambda h: sawtooth(h, s, threshold=threshold, keep_recent=keep_recent), None),
-                 uses_window=False),
+        Strategy(f"sawtooth {threshold}/{keep_recent}", sawtooth_run(threshold, keep_recent), uses_window=False),
         ladder("layered", window),
         ladder("hybrid", window),
         ladder("zones", window),
@@ -729,6 +737,7 @@ def run_benchmark(turns=(50, 100, 250), seeds=(0, 1, 2), window: int = 32_000, c
     if timing:
         lengths = [n for n in (50, 150, 300) if n < len(longest)] + [len(longest)]
         results["overhead"] = overhead(longest, lengths)
+        results["secrets"] = secrets_ratio()
     if linearity_sizes:
         results["linearity"] = linearity(longest, linearity_sizes)
     if timing or linearity_sizes:
@@ -819,6 +828,15 @@ def check_targets(results: dict) -> list[tuple[bool | None, str]]:
         worst = max(row["below_trigger"] for row in results["overhead"])
         targets.append((worst <= 0.5, f"below its trigger, layered compact costs at most 0.5× json.dumps: "
                                       f"at most {worst:.2f}×"))
+    if "secrets" in results:
+        ratio = results["secrets"]["ratio"]
+        targets.append((ratio <= 2, f"mask_secrets is linear: a 1 MB single word takes at most 2× the time of 1 MB "
+                                    f"of ordinary text: {ratio:.2f}×"))
+    if "linearity" in results:
+        lin = results["linearity"]
+        targets.append((lin["exponent"] <= 1.1, f"a layered compaction's time grows linearly with the history, "
+                                                f"exponent at most 1.1 from {lin['messages'][0]:,} to "
+                                                f"{lin['messages'][-1]:,} messages: {lin['exponent']:.2f}"))
     cache = {k: [results[k]["strategies"]] if k in results else [] for k in ("cache", "recorded_cache")}
     for label, groups in (("generated", [g["strategies"] for g in results["generated"].values()] + cache["cache"]),
                           ("recorded", [w for f in results["recorded"].values() for w in f["windows"].values()]
@@ -1214,6 +1232,18 @@ def overhead(messages: list[dict], lengths: list[int]) -> list[dict]:
                      "below_trigger": best_time(lambda: below.compact(history), number=20) / dumps,
                      "above_trigger": best_time(above, number=2, repeat=3) / dumps})
     return rows
+
+
+def secrets_ratio(size: int = 1_000_000) -> dict:
+    """Issue 27.8: mask_secrets on one word of `size` characters (a pasted hex blob) over its time on
+    `size` characters of ordinary text (this file): about 1 when linear; it was quadratic."""
+    word = "".join(f"{(k * 2654435761) % 2**32:08x}" for k in range(size // 8 + 1))[:size]
+    with open(__file__, encoding="utf-8") as f:
+        prose = f.read()
+    text = (prose * (size // len(prose) + 1))[:size]
+    seconds = {name: best_time(lambda: mask_secrets(value), number=1, repeat=3) for name, value in
+               (("word", word), ("text", text))}
+    return {"chars": size, **seconds, "ratio": seconds["word"] / seconds["text"]}
 
 
 def long_history(messages: list[dict], n: int) -> list[dict]:

@@ -109,8 +109,9 @@ def test_a_summarizer_that_does_not_help_is_called_once_not_on_every_iteration()
         calls.append(1)
         return "word " * 20_000  # longer than what it would replace: no compaction
     state, messages = CompactState(), db_history()[:40]
+    guard = compact.SummaryGuard(verbose, max_tokens=10**6, state=state)  # a guard that lets a long summary through
     for i in range(6):  # six iterations, each adding a small message
-        out = sawtooth(messages, verbose, threshold=30, state=state)
+        out = sawtooth(messages, guard, threshold=30, state=state)
         assert out is messages
         messages = messages + [{"role": "assistant", "content": f"step {i}"}]
     assert len(calls) == 1 and state.floor > 0

@@ -250,9 +250,13 @@ def run_compactor(messages, **options):
 
 
 def least_the_last_resort_keeps(messages: list[dict], budget: compact.Budget) -> int:
-    """Tokens no compaction can go below: the latest turn, a summary message holding only the pinned
-    user constraints (the last resort never drops them), and the acknowledgement after it."""
-    pins = compact.pins_text(compact.find_constraints(messages), int(compact.PIN_SHARE * budget.effective(messages)))
+    """Tokens no compaction can go below: the latest turn, a summary message holding only the user's
+    words (the task when its message left, and the pinned constraints, each within its share: the
+    last resort never drops them), and the acknowledgement after it."""
+    turn, requests = latest_turn(messages), compact.user_requests(messages)
+    task = compact.content_text(requests[0]) if requests and not any(requests[0] is m for m in turn) else ""
+    state = compact.CompactState(task=task, pinned=compact.find_constraints(messages))
+    pins = compact.user_notes(state, turn, int(compact.PIN_SHARE * budget.effective(messages)), whole=False)
     framing = compact.message_tokens(compact.summary_message(compact.with_notes("", pins))) + compact.message_tokens(compact.ACK)
     return budget.history(latest_turn(messages)) + framing
 

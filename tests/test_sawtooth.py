@@ -140,7 +140,7 @@ def test_an_unanswered_call_in_the_kept_tail_gets_a_result():
 
 
 def test_a_summary_longer_than_what_it_replaces_returns_the_input_unchanged():
-    messages, summarize = history(31), Recorder("word " * 5_000)
+    messages, summarize = history(31), Recorder("word " * 3_900)  # within the guard's 4,000 tokens, over the middle
     assert sawtooth(messages, summarize) is messages
     assert len(summarize.middles) == 1  # the summarizer ran: the guard, not the threshold, said no
 

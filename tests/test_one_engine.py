@@ -1,0 +1,147 @@
+"""Issue 27: what the summaries say is true ("Files changed" only from the paths of write and edit
+calls), and one validator: a forced compaction always returns a valid list, orphans archived."""
+
+from __future__ import annotations
+
+import json
+
+import compact
+import pytest
+
+NAMED = [f"src/module_{k}.py" for k in range(45)]  # what the report's text names
+REPORT = "# Survey\n" + "\n".join(f"- {path}: 12 functions" for path in NAMED)
+
+
+def call(call_id: str, name: str, **args) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def surveyed() -> list[dict]:
+    """A task that reads two files, writes a report naming 45 files, and edits one."""
+    return [{"role": "system", "content": "s"}, {"role": "user", "content": "Survey the project; write REPORT.md."},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "read_file", path="Makefile")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "all:\n\tpython -m pytest"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c2", "read_file", path="src/app.py")]},
+            {"role": "tool", "tool_call_id": "c2", "content": "def main(): pass"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c3", "write_file", path="REPORT.md",
+                                                                        content=REPORT)]},
+            {"role": "tool", "tool_call_id": "c3", "content": f"wrote {len(REPORT)} characters to REPORT.md"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c4", "edit_file", path="src/app.py",
+                                                                        old="pass", new="return 0 # see src/other.py")]},
+            {"role": "tool", "tool_call_id": "c4", "content": "edited src/app.py"},
+            {"role": "assistant", "content": "Done."}]
+
+
+SUMMARIZERS = {"offline": compact.summarize_offline, "structured": compact.summarize_structured,
+               "eviction note": lambda m, focus=None: compact.content_text(compact.eviction_note(m))}
+
+
+@pytest.mark.parametrize("summarize", SUMMARIZERS.values(), ids=SUMMARIZERS)
+def test_files_changed_come_only_from_the_paths_of_write_and_edit_calls(summarize):
+    sections = compact.parse_summary(summarize(surveyed()))
+    assert sorted(sections["Files changed"]) == ["REPORT.md", "src/app.py"]
+    listed = "\n".join(x for title, items in sections.items() if title.startswith("Files") for x in items)
+    assert not any(path in listed for path in NAMED)  # named in the report's text, never touched
+
+
+def test_the_files_a_call_touched_are_its_path_argument_a_makefile_too():
+    assert compact.files_touched(surveyed()) == (["Makefile", "src/app.py"], ["REPORT.md", "src/app.py"])
+    compactor = compact.Compactor()
+    compactor.note_files(surveyed())
+    assert compactor.state.recent_files == ["Makefile", "REPORT.md", "src/app.py"]
+
+
+ORPHANED = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."},
+            {"role": "tool", "tool_call_id": "gone", "content": "an orphan result: its call left long ago"},
+            {"role": "assistant", "content": "Looking."}, {"role": "user", "content": "Go on."}]
+
+
+def forced(name: str, archive: compact.Archive):
+    if name == "sawtooth":
+        return lambda m: compact.sawtooth(m, compact.summarize_offline, force=True, archive=archive)
+    build = compact.Compactor.from_seed if name in compact.PRESETS else (lambda n, **k: compact.Compactor(policy=n, **k))
+    return lambda m: build(name, archive=archive, summarize=compact.summarize_offline).compact(m, force=True)
+
+
+@pytest.mark.parametrize("name", ["sawtooth", *compact.POLICIES, *compact.PRESETS])
+@pytest.mark.parametrize("messages", [ORPHANED, ORPHANED[:3]], ids=["with a middle", "nothing else"])
+def test_a_forced_compaction_of_a_list_with_an_orphan_result_returns_a_valid_list(tmp_path, name, messages):
+    archive = compact.Archive(tmp_path / "archive.jsonl")
+    out = forced(name, archive)(messages)
+    assert compact.find_problems(out) == []
+    assert out[0] == messages[0]
+    archived = [r["message"] for r in archive.records()]
+    assert messages[2] in archived  # the orphan left the list: the archive holds it
+
+
+def test_the_validator_returns_a_valid_list_itself():
+    valid = ORPHANED[:2] + ORPHANED[3:]
+    assert compact.repair(valid) is valid
+    assert compact.repair(ORPHANED) == valid
+
+
+# --- Speed, as ratios measured in one run (item 8) -------------------------------------------
+
+
+def test_mask_secrets_is_linear_on_one_long_word():
+    import benchmark
+    assert benchmark.secrets_ratio(20_000)["ratio"] <= 2  # it was quadratic: ~1,000× at this size
+
+
+def test_a_messages_tokens_are_counted_once(monkeypatch):
+    counted = []
+    text_tokens = compact.text_tokens
+    monkeypatch.setattr(compact, "text_tokens", lambda text: counted.append(text) or text_tokens(text))
+    message = {"role": "assistant", "content": "reading it", "tool_calls": [call("c1", "read_file", path="a.py")]}
+    first = compact.message_tokens(message)
+    calls = len(counted)
+    assert compact.message_tokens(message) == first and len(counted) == calls  # the second time: memoized
+    changed = {**message, "content": "reading it again"}  # a new dict, or new content, is counted anew
+    assert compact.message_tokens(changed) > first and len(counted) > calls
+
+
+def test_when_precise_results_alone_pass_the_window_no_step_runs():
+    messages = surveyed()
+    big = [{**m, "content": m["content"] * 2_000} if m.get("tool_call_id") == "c1" else m for m in messages]
+    ladder = compact.Compactor(context_window=4_000, reserved_output=500, precise_tools=("read_file",))
+    with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(read_file\)"):
+        ladder.compact(big)
+    assert ladder.report == []  # failed before running every step on a history no step may shrink
+
+
+def test_lesson_02_runs_the_agents_own_tutorial_entry_with_its_summarizer():
+    """Item 6: the lesson calls tiny_agent.tutorial_compaction with its own summarizer, not a copy of it."""
+    import ast
+    from conftest import ROOT
+    tree = ast.parse((ROOT / "lessons" / "02_sawtooth.py").read_text(encoding="utf-8"))
+    called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert "tutorial_compaction" in called and "compact_messages" not in called
+
+
+# --- One guard for every strategy (items 2, 5) -----------------------------------------------
+
+
+def long_task(n: int = 40) -> list[dict]:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "Read every note."}]
+    for k in range(n):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [call(f"c{k}", "read_file", path=f"n{k}.txt")]},
+                     {"role": "tool", "tool_call_id": f"c{k}", "content": f"note {k}: " + "words " * 80}]
+    return messages
+
+
+@pytest.mark.parametrize("strategy", ["sawtooth", "layered"])
+def test_every_strategy_waits_after_three_failures_in_a_row_and_counts_them(strategy, capsys):
+    import tiny_agent
+    calls = []
+
+    def broken(messages, focus=None):
+        calls.append(1)
+        raise ConnectionError("the summary model is down")
+    config = tiny_agent.load_config({}, strategy=strategy)
+    made = tiny_agent.make_compaction(config, broken)
+    for _ in range(6):  # six compactions, each forced
+        out = made.fit(long_task(), level=1)
+        assert compact.find_problems(out) == [] and out is not None
+    assert len(calls) == 3  # then the breaker waits, as the ladder always did
+    assert made.state.failures == 3 and "ConnectionError" in made.state.last_error
+    assert capsys.readouterr().err.count("[compact] the summarizer failed") == 3

@@ -1,0 +1,134 @@
+"""What the user said survives every strategy (issue 27, item 5): the agent run from its command
+line, its REPL in a pseudo-terminal, against a scripted server whose summary model forgets (it
+answers the same generic summary every time). After at least five compactions the last request the
+agent sends still holds the task, every rule the user typed and the task's ticket id word for word,
+and the latest question too, under the default sawtooth, every other strategy and every preset."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import compact
+import pytest
+import tiny_agent
+from conftest import FakeOpenAI, chat_response
+from pytest_httpserver import HTTPServer
+from test_repl import Terminal, agent_env
+
+TASK = ("Fix ticket OPS-4721 in billing.py: the invoice total is off by one cent. "
+        "Never push to the main branch. Always run the tests before you answer.")
+LATEST = "Do not edit the migrations folder. Which function in ledger_core rounds the invoice total?"
+RULES = ("Never push to the main branch.", "Always run the tests before you answer.",
+         "Do not edit the migrations folder.")
+FORGETFUL = "The user and the agent worked on some files. Some progress was made."  # keeps no detail
+TURNS = 20  # tool calls the script answers each question with before its final answer
+STRATEGIES = [name for name in tiny_agent.STRATEGIES if name != "none"]  # none never compacts
+
+
+@pytest.fixture
+def server():
+    s = HTTPServer(host="127.0.0.1", port=0, threaded=True)
+    s.start()
+    yield s
+    s.clear()
+    if s.is_running():
+        s.stop()
+
+
+class Forgetful:
+    """Each question gets TURNS read_file calls, then an answer; every summary request (no tools)
+    gets FORGETFUL. The agent's requests are kept, to read the last one."""
+
+    def __init__(self, server):
+        self.turns: list[dict] = []
+        self.calls = 0
+        self.base_url = FakeOpenAI(server, self.reply).base_url
+
+    def reply(self, body: dict):
+        if "tools" not in body:
+            return 200, chat_response(FORGETFUL)
+        self.turns.append(body)
+        if body["messages"][-1].get("content") in (TASK, LATEST):
+            self.calls = 0  # a new question starts
+        self.calls += 1
+        if self.calls > TURNS:
+            return 200, chat_response("Done: see the notes.")
+        n = len(self.turns)
+        return 200, chat_response(tool_calls=[(f"call_{n}", "read_file", {"path": f"notes_{n % 7}.txt"})])
+
+
+def notes(workspace) -> None:
+    """Seven files of about 300 tokens, each with its own names and numbers."""
+    for k in range(7):
+        lines = [f"ledger entry {k}-{i}: account ACC{k}{i:03d} moved {i * 37 % 1000} cents via step_{k}_{i}"
+                 for i in range(15)]
+        (workspace / f"notes_{k}.txt").write_text("\n".join(lines) + "\n")
+
+
+def run_repl(script: Forgetful, workspace, tmp_path, strategy: str) -> str:
+    """Both questions typed at the REPL's prompt; what the terminal showed."""
+    env = agent_env(script.base_url, CONTEXT_WINDOW="4000", XDG_STATE_HOME=str(tmp_path / "state"))
+    t = Terminal(["--workspace", str(workspace), "--strategy", strategy, "--threshold", "12", "--keep-recent", "4"],
+                 env, tmp_path)
+    try:
+        shown = t.ask(TASK) + t.ask(LATEST)
+        t.send("/exit")
+        assert t.wait() == 0, t.seen[-2000:]
+        return shown
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_task_its_rules_its_ticket_and_the_latest_question_outlive_a_forgetful_summary_model(
+        server, tmp_path, strategy):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    notes(workspace)
+    script = Forgetful(server)
+    shown = run_repl(script, workspace, tmp_path, strategy)
+    compactions = len(re.findall(r"\[compact\] \d+ → \d+ messages", shown))
+    assert compactions >= 5, shown[-3000:]
+    last = "\n".join(m.get("content") or "" for m in script.turns[-1]["messages"])
+    for words in (TASK, *RULES, "OPS-4721", LATEST):
+        assert words in last, (words, json.dumps(script.turns[-1]["messages"], indent=1)[-4000:])
+
+
+@pytest.mark.parametrize("only", [None, ("reasoning", "last resort")])
+@pytest.mark.parametrize("name", [*compact.POLICIES, *compact.PRESETS])
+def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_them(name, only):
+    """Inside: the words that leave live on in the compaction's state, not in the last summary's
+    text, and the summary message shows them, after the last resort dropped the task's message too."""
+    build = compact.Compactor.from_seed if name in compact.PRESETS else (lambda n, **k: compact.Compactor(policy=n, **k))
+    compactor = build(name, context_window=4_000, reserved_output=500, summarize=lambda m, focus=None: FORGETFUL)
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
+    for n in range(90):
+        if n in (30, 60):
+            messages.append({"role": "user", "content": LATEST if n == 30 else "Finish OPS-4721 now."})
+        messages += [{"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"ls {n}"})}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"file_{n}.txt " * 60}]
+        messages = compactor.compact(messages, force=only is not None, only=only)
+    assert compactor.state.compactions >= 3
+    text = "\n".join(compact.content_text(m) for m in messages)
+    for words in (TASK, *RULES, "Finish OPS-4721 now."):
+        assert words in text
+    left = LATEST not in [compact.content_text(m) for m in messages]
+    assert (RULES[2] in compactor.state.pinned) == left  # pinned when it left with its message
+    assert compactor.state.task == (TASK if only else "")  # the ladder's head keeps the task's message
+    assert compact.find_problems(messages) == []
+
+
+def test_the_sawtooths_state_carries_the_users_words_through_six_forgetful_summaries():
+    state = compact.CompactState()
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
+    for n in range(48):
+        if n == 20:
+            messages.append({"role": "user", "content": LATEST})
+        messages += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
+        messages = compact.sawtooth(messages, lambda m, focus=None: FORGETFUL, threshold=12, keep_recent=4, state=state)
+    assert state.compactions >= 6
+    assert (state.task, state.pinned, state.latest) == (TASK, list(RULES), "go on")
+    summary = compact.content_text(messages[1])
+    assert TASK in summary and all(rule in summary for rule in RULES)
