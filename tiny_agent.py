@@ -24,6 +24,7 @@ import inspect
 import json
 import os
 import re
+import reprlib
 import select
 import shlex
 import shutil
@@ -617,29 +618,95 @@ def check_arguments(tool: Callable, ws: Workspace, args: dict) -> None:
 # --- The model and one task (lesson 02) ------------------------------------------------------
 
 
-def assistant_message(message) -> dict:
-    """The `openai` reply as a plain dict, the only shape the rest of the code knows. Fields a
-    server adds (a thinking model's reasoning_content) are kept as the server sent them."""
-    reply = {"role": "assistant", "content": safe_text(message.content or "")}
-    extra = getattr(message, "model_extra", None) or {}
-    reply.update({k: v for k, v in extra.items() if isinstance(v, str) and v and k not in reply})
-    if message.tool_calls:
-        reply["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-            "name": c.function.name, "arguments": safe_text(c.function.arguments or "{}")}} for c in message.tool_calls]
+REPLY_LIMITS = (16_000_000, 64)  # characters of a reply, and how deep tool-call arguments may nest
+OPENAI_FIELDS = {"role", "content", "refusal", "annotations", "audio", "function_call", "tool_calls"}
+
+
+def read_reply(body) -> dict:
+    """The one reader at the edge: a server's reply, as raw JSON text or parsed, becomes an assistant
+    message (with the server's prompt count as `usage`) or a ServerReplyError naming what was sent;
+    nothing behind it checks a reply again."""
+    if isinstance(body, (str, bytes)):
+        if len(body) > REPLY_LIMITS[0]:
+            raise ServerReplyError(f"the server sent a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
+        try:
+            body = json.loads(body)
+        except (ValueError, RecursionError):
+            raise ServerReplyError(f"the server's reply is not whole JSON: {shown(body)}") from None
+    choices = body.get("choices") if isinstance(body, dict) else None
+    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise ServerReplyError(f"the server answered without a reply message: {shown(body)}")
+    usage = body.get("usage")
+    counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return {**assistant_message(message), "usage": counted if type(counted) is int else None}
+
+
+def assistant_message(message: dict) -> dict:
+    """A reply's message as the only shape the rest of the code knows: text, the calls with an id
+    and JSON-string arguments each, and any string field a server adds (a thinking model's
+    reasoning_content) as the server sent it."""
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: their text
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    reply = {"role": "assistant", "content": safe_text(content) if isinstance(content, str) else ""}
+    reply.update({k: safe_text(v) for k, v in message.items() if isinstance(v, str) and v and k not in OPENAI_FIELDS})
+    calls = message.get("tool_calls") or []
+    calls = [calls] if isinstance(calls, dict) else calls  # one call sent as an object
+    if not isinstance(calls, list):
+        raise ServerReplyError(f"the server sent tool_calls that are not a list: {shown(calls)}")
+    ids: set[str] = set()
+    for call in calls:
+        reply.setdefault("tool_calls", []).append(tool_call(call, ids))
     return reply
 
 
+def tool_call(call, ids: set[str]) -> dict:
+    """One call: a function name, arguments of any JSON type as a JSON string, nesting bounded, and
+    an id made up here when the server sent none (or one already used): OpenAI refuses a null id."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise ServerReplyError(f"the server sent a tool call without a function name: {shown(call)}")
+    arguments = function.get("arguments")
+    try:
+        deep = nesting(json.loads(arguments) if isinstance(arguments, str) else arguments) > REPLY_LIMITS[1]
+    except ValueError:
+        deep = False  # not JSON: the tool's result tells the model so
+    except RecursionError:
+        deep = True
+    if deep:
+        raise ServerReplyError(f"the server sent tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
+    given = call.get("id")
+    given = given if isinstance(given, str) and given and given not in ids else f"call_{os.urandom(6).hex()}"
+    ids.add(given)
+    arguments = arguments if isinstance(arguments, str) else json.dumps({} if arguments is None else arguments)
+    return {"id": given, "type": "function",
+            "function": {"name": safe_text(function["name"]), "arguments": safe_text(arguments)}}
+
+
+def nesting(value) -> int:
+    """How deep a JSON value nests, counted level by level (no recursion), up to one past the bound."""
+    depth, level = 0, [value]
+    while depth <= REPLY_LIMITS[1] and (level := [v for x in level if isinstance(x, (dict, list))
+                                                  for v in (x.values() if isinstance(x, dict) else x)]):
+        depth += 1
+    return depth
+
+
+def shown(sent) -> str:
+    """What a server sent, in one short line (nesting shown only a few levels deep)."""
+    return printable(sent if isinstance(sent, str) else reprlib.repr(sent), 120)
+
+
 def openai_model(client, model: str, prepare: Callable = list, **request) -> Callable[[list[dict], list[dict]], dict]:
-    """A model is any function (messages, tools) -> assistant message; this one asks a server.
-    `prepare` turns the history into what is sent; `request` adds options such as max_tokens."""
+    """A model is any function (messages, tools) -> assistant message; this one asks a server and
+    reads its raw reply with read_reply. `prepare` turns the history into what is sent; `request`
+    adds options such as max_tokens."""
     def call(messages: list[dict], tools: list[dict]) -> dict:
-        response = client.chat.completions.create(
+        raw = client.chat.completions.with_raw_response.create(
             model=model, messages=prepare(messages), **({"tools": tools, "tool_choice": "auto"} if tools else {}),
             **request)
-        if not getattr(response, "choices", None):
-            raise ServerReplyError(f"the server answered without a reply: {str(response)[:120]}")
-        usage = getattr(response, "usage", None)
-        return {**assistant_message(response.choices[0].message), "usage": getattr(usage, "prompt_tokens", None)}
+        return read_reply(raw.http_response.text)
     return call
 
 
