@@ -237,8 +237,9 @@ BASH_TIMEOUT = 30.0  # seconds a command may run (BASH_TIMEOUT in .env)
 
 def tolerant_stdin() -> None:
     """Bytes typed at the terminal that are not UTF-8 arrive as lone surrogates (safe_text turns
-    them into U+FFFD) instead of a UnicodeDecodeError inside input()."""
-    if hasattr(sys.stdin, "reconfigure"):
+    them into U+FFFD) instead of a UnicodeDecodeError inside input(). Set once: a pipe's buffered
+    stream refuses to change after its first read."""
+    if hasattr(sys.stdin, "reconfigure") and sys.stdin.errors != "surrogateescape":
         sys.stdin.reconfigure(errors="surrogateescape")
 
 
@@ -628,15 +629,15 @@ def read_reply(body) -> dict:
     nothing behind it checks a reply again."""
     if isinstance(body, (str, bytes)):
         if len(body) > REPLY_LIMITS[0]:
-            raise ServerReplyError(f"the server sent a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
+            raise ServerReplyError(f"a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
         try:
             body = json.loads(body)
         except (ValueError, RecursionError):
-            raise ServerReplyError(f"the server's reply is not whole JSON: {shown(body)}") from None
+            raise ServerReplyError(f"a reply that is not whole JSON: {shown(body)}") from None
     choices = body.get("choices") if isinstance(body, dict) else None
     message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
     if not isinstance(message, dict):
-        raise ServerReplyError(f"the server answered without a reply message: {shown(body)}")
+        raise ServerReplyError(f"a reply without a message: {shown(body)}")
     usage = body.get("usage")
     counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     return {**assistant_message(message), "usage": counted if type(counted) is int else None}
@@ -654,7 +655,7 @@ def assistant_message(message: dict) -> dict:
     calls = message.get("tool_calls") or []
     calls = [calls] if isinstance(calls, dict) else calls  # one call sent as an object
     if not isinstance(calls, list):
-        raise ServerReplyError(f"the server sent tool_calls that are not a list: {shown(calls)}")
+        raise ServerReplyError(f"tool_calls that are not a list: {shown(calls)}")
     ids: set[str] = set()
     for call in calls:
         reply.setdefault("tool_calls", []).append(tool_call(call, ids))
@@ -666,7 +667,7 @@ def tool_call(call, ids: set[str]) -> dict:
     an id made up here when the server sent none (or one already used): OpenAI refuses a null id."""
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise ServerReplyError(f"the server sent a tool call without a function name: {shown(call)}")
+        raise ServerReplyError(f"a tool call without a function name: {shown(call)}")
     arguments = function.get("arguments")
     try:
         deep = nesting(json.loads(arguments) if isinstance(arguments, str) else arguments) > REPLY_LIMITS[1]
@@ -675,7 +676,7 @@ def tool_call(call, ids: set[str]) -> dict:
     except RecursionError:
         deep = True
     if deep:
-        raise ServerReplyError(f"the server sent tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
+        raise ServerReplyError(f"tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
     given = call.get("id")
     given = given if isinstance(given, str) and given and given not in ids else f"call_{os.urandom(6).hex()}"
     ids.add(given)
@@ -711,7 +712,7 @@ def openai_model(client, model: str, prepare: Callable = list, **request) -> Cal
 
 
 class ServerReplyError(Exception):
-    """The server answered 200 with something that is not a chat completion."""
+    """A reply (or a saved message) that is not a chat completion's; its text names what was sent."""
 
 
 def one_task(argv: list[str] | None = None) -> int:
@@ -736,7 +737,7 @@ import importlib  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from dataclasses import asdict, replace  # noqa: E402
+from dataclasses import asdict, fields, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
                      content_text, estimate_tokens, is_context_overflow, is_summary, leaving, model_configured,
@@ -1192,25 +1193,61 @@ def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None, int | 
 
 
 def read_session(folder: Path) -> dict:
-    """The session saved last, checked; a damaged file gets one line and is left as it is."""
+    """The session saved last, checked through before anything uses it; a damaged file gets one
+    line naming the file and what is wrong, and is left as it is."""
     if not saved_sessions(folder):
         raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
     path = saved_sessions(folder)[-1]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        check_messages(data["messages"])  # a list of dicts, each with a role a server knows
-        data["state"] = CompactState(**data["state"]) if data.get("state") else None
-        data["strategy"] = str(data.get("strategy") or "sawtooth")
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a {type(data).__name__}, not an object")
+        check_messages(data.get("messages"))  # a list of dicts, each with a role a server knows
+        for i, m in enumerate(data["messages"]):
+            check_saved(i, m)
+        if not isinstance(data.setdefault("strategy", "sawtooth"), str) or data["strategy"] not in STRATEGIES:
+            raise ValueError(f"unknown strategy {data['strategy']!r}")
+        data["state"] = saved_state(data.get("state"))
         if not isinstance(data.get("archive") or "", str):
-            raise TypeError("archive")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise ConfigError(f"{path} is damaged and was left untouched; move it away to start afresh") from None
+            raise TypeError("archive is not a path")
+    except (OSError, ValueError, TypeError, ServerReplyError) as error:
+        raise ConfigError(f"{path} is damaged and was left untouched ({first_line(error, 100)}); move it away "
+                          "to start afresh") from None
     return data
 
 
+def check_saved(i: int, m: dict) -> None:
+    """A saved message has text where text goes, and its calls read back unchanged through the
+    reader at the edge (an id, a function name, arguments as a JSON string)."""
+    if not isinstance(m.get("content"), (str, list, type(None))) or (
+            m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str)):
+        raise TypeError(f"message {i} has a {type(m.get('content')).__name__} content or no tool_call_id")
+    try:
+        if m["role"] == "assistant" and (assistant_message(m).get("tool_calls") or []) != (m.get("tool_calls") or []):
+            raise ValueError("tool calls without an id, a type or JSON-string arguments")
+    except (ValueError, ServerReplyError) as error:
+        raise ValueError(f"message {i}: {error}") from None
+
+
+def saved_state(state) -> CompactState | None:
+    """The compaction's saved state, each field of the type its default has (lists of text where
+    the field says list[str])."""
+    if state is None:
+        return None
+    known = {f.name: f for f in fields(CompactState)}
+    for name, value in state.items() if isinstance(state, dict) else [("state", state)]:
+        f = known.get(name)
+        kind = type(f.default_factory() if callable(f.default_factory) else f.default) if f else None
+        if kind is None or not isinstance(value, kind) or (
+                f.type == "list[str]" and not all(isinstance(v, str) for v in value)):
+            raise TypeError(f"state field {name!r} is a {type(value).__name__}" + (f", not a {kind.__name__}" if kind else ""))
+    return CompactState(**state)
+
+
 def resume_session(session: Session, data: dict) -> None:
-    """Continue a saved session: its history, its compaction's state and its archive file."""
-    session.messages = data["messages"]
+    """Continue a saved session: its history (after the system prompt, when the file has none), its
+    compaction's state and its archive file."""
+    session.messages = data["messages"] if system_head(data["messages"]) else session.messages[:1] + data["messages"]
     c = session.compaction
     if data["state"] is not None and c.state is not None and data["strategy"] == c.name:
         c.state.__dict__.update(data["state"].__dict__)

@@ -631,19 +631,48 @@ DAMAGED_INSIDE = {
     "state is a string": {"strategy": "hybrid", "messages": MESSAGES, "state": "x"},
     "archive is a number": {"strategy": "hybrid", "messages": MESSAGES, "state": None, "archive": 5},
     "a message with an unknown role": {"strategy": "hybrid", "messages": [{"role": "wizard", "content": "x"}]},
+    "tool_calls as a string": {"messages": [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": "bash"}]},
+    "a call without an id": {"messages": [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": "{}"}}]}]},
+    "a tool result without its call's id": {"messages": [*MESSAGES, {"role": "tool", "content": "x"}]},
+    "an unknown strategy": {"strategy": "bogus", "messages": MESSAGES},
+    "a strategy given as a number": {"strategy": 5, "messages": MESSAGES},
+    "a state with wrong types": {"strategy": "sawtooth", "messages": MESSAGES, "state": {"compactions": "3"}},
+    "pinned constraints that are not text": {"strategy": "hybrid", "messages": MESSAGES, "state": {"pinned": [1]}},
 }
+WHAT = {"not JSON": "Expecting", "a list": "not an object", "no messages": "must be a list",
+        "tool_calls as a string": "message 2", "a call without an id": "message 2", "an unknown strategy": "'bogus'",
+        "a strategy given as a number": "unknown strategy 5", "a state with wrong types": "'compactions' is a str",
+        "pinned constraints that are not text": "'pinned'"}
 @pytest.mark.parametrize("damage", [
     *[pytest.param(DAMAGED[name], id=name) for name in DAMAGED],
     *[pytest.param(json.dumps({"version": 1, **DAMAGED_INSIDE[name]}).encode(), id=name) for name in DAMAGED_INSIDE]])
-def test_a_damaged_session_file_gets_one_line_and_is_left_untouched(server, tmp_path, workspace, damage):
+def test_a_damaged_session_file_gets_one_line_and_is_left_untouched(server, tmp_path, workspace, damage, request):
     script = Script(server)
     folder = records(workspace)
     (folder / "session.json").write_bytes(damage)
     result = run_agent(["--workspace", str(workspace), "--strategy", "hybrid", "--resume", "go on"],
                        agent_env(script.base_url), tmp_path / "cwd")
-    assert_one_line_error(result, "session.json is damaged and was left untouched")
+    line = assert_one_line_error(result, "session.json is damaged and was left untouched", "move it away")
+    assert WHAT.get(request.node.callspec.id, "") in line  # names what is wrong
     assert (folder / "session.json").read_bytes() == damage
     assert script.turns == []
+
+
+def test_a_session_file_that_is_a_folder_gets_one_line_and_is_left_there(server, tmp_path, workspace):
+    script = Script(server)
+    (records(workspace) / "session.json").mkdir()
+    result = run_agent(["--workspace", str(workspace), "--resume", "go on"], agent_env(script.base_url), tmp_path / "cwd")
+    assert_one_line_error(result, "session.json is damaged and was left untouched", "Is a directory")
+    assert (records(workspace) / "session.json").is_dir() and script.turns == []
+
+
+def test_a_saved_session_without_messages_resumes_with_the_system_prompt(server, tmp_path, workspace):
+    script = Script(server, [chat_response("ANSWER")])
+    (records(workspace) / "session.json").write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": []}))
+    result = run_agent(["--workspace", str(workspace), "--resume", "go on"], agent_env(script.base_url), tmp_path / "cwd")
+    assert result.returncode == 0 and "ANSWER" in result.stdout, result.stderr
+    assert [m["role"] for m in messages_of(script.turns[0])] == ["system", "user"]
 
 
 def test_resume_without_a_saved_session_says_so(server, tmp_path, workspace):
@@ -743,3 +772,25 @@ def test_a_ctrl_c_while_the_tool_line_is_printed_still_answers_every_call(tmp_pa
         tiny_agent.run(session, "first", model, Workspace(tmp_path, sandbox=False), log)
     # what the REPL's turn() leaves before the next question
     assert_valid(session.messages + [{"role": "user", "content": "second"}])
+
+
+# --- Issue 29: questions from a pipe, as from a terminal -------------------------------------
+
+
+def piped(args: list[str], text: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(AGENT), *args], env=env, cwd=cwd, input=text, capture_output=True,
+                          text=True, timeout=DEADLINE)
+
+
+def test_questions_piped_into_the_repl_are_answered_one_a_line(server, tmp_path, workspace):
+    script = Script(server, [chat_response("FIRST-ANSWER"), chat_response("SECOND-ANSWER")])
+    result = piped(["--workspace", str(workspace)], "hello\nsecond\n", agent_env(script.base_url), tmp_path / "cwd")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "agent> FIRST-ANSWER" in result.stdout and "agent> SECOND-ANSWER" in result.stdout
+    assert [m["content"] for m in messages_of(script.turns[1])[1:]] == ["hello", "FIRST-ANSWER", "second"]
+
+
+def test_questions_piped_into_the_demo_repl_are_answered_one_a_line(tmp_path, workspace):
+    result = piped(["--demo", "--repl"], "hello\nsecond\n", agent_env(), tmp_path / "cwd")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.count("agent> [demo model] Surveyed") == 2

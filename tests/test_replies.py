@@ -37,8 +37,8 @@ DEEP = "[" * 100_000 + "]" * 100_000
 BAD_DAY = {  # what a server sent -> a word the one line must hold
     "cut JSON": (message(content="hello")[:-7], "not whole JSON"),
     "function null": (message(tool_calls=[call(function=None)]), "without a function name"),
-    "a choice without message": (json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]}), "without a reply"),
-    "no choices": (json.dumps({"object": "chat.completion"}), "without a reply"),
+    "a choice without message": (json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]}), "without a message"),
+    "no choices": (json.dumps({"object": "chat.completion"}), "without a message"),
     "tool_calls a number": (message(tool_calls=7), "not a list"),
     "arguments nested 100,000 deep": (message(tool_calls=[call(function={"name": "bash", "arguments": DEEP})]),
                                       "nested deeper"),
