@@ -807,20 +807,41 @@ SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
 PERMANENT = re.compile(r"requires --jinja|tools param requires|does not support tools", re.I)
 
 
-def retried_once(call: Callable) -> Callable:
+RETRY_BOUND = 60  # seconds: the longest wait a server's Retry-After gets before one more try
+
+
+def retried_once(call: Callable, log=print) -> Callable:
     """A request that failed for a passing reason (a timeout, a dropped connection, HTTP 429 or 5xx)
-    is sent once more, as the openai client would; a refusal that will not change is not
-    (llama-server --no-jinja answers HTTP 500 to every request with tools)."""
+    is sent once more, after the wait its Retry-After asks (up to RETRY_BOUND, shown; Ctrl-C cancels
+    it), as the openai client would; a refusal that will not change is not (llama-server --no-jinja
+    answers HTTP 500 to every request with tools)."""
     import openai
 
     def once_more(messages: list[dict], tools: list[dict]) -> dict:
         try:
             return call(messages, tools)
         except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as error:
-            if PERMANENT.search(str(error)):
+            wait = asked_wait(error)
+            if PERMANENT.search(str(error)) or wait > RETRY_BOUND:
                 raise
+            if wait:
+                log(f"[retry] the server asks to wait {wait:g} s (HTTP {error.status_code}): waiting, Ctrl-C cancels")
+                time.sleep(wait)
             return call(messages, tools)
     return once_more
+
+
+def asked_wait(error: Exception) -> float:
+    """The seconds a server's Retry-After header asks for (a number or an HTTP date); 0 without one."""
+    from email.utils import parsedate_to_datetime
+    response = getattr(error, "response", None)
+    value = response.headers.get("retry-after", "") if response is not None else ""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        with contextlib.suppress(TypeError, ValueError):
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    return 0.0
 
 
 def server_model(config: Config, log=print) -> Callable:
@@ -828,13 +849,13 @@ def server_model(config: Config, log=print) -> Callable:
     seconds while it thinks, and one line when the server's count shows the tools were dropped."""
     model = retried_once(openai_model(make_client(config.timeout, max_retries=0), config.model,
                                       prepare=lambda m: outgoing(m, config.send_reasoning),
-                                      max_tokens=config.reserved_output))
+                                      max_tokens=config.reserved_output), log)
     warned: list[bool] = []  # the dropped-tools line is said once a session
 
     def call(messages: list[dict], tools: list[dict]) -> dict:
         with waiting():
             reply = model(messages, tools)
-        if not warned and tools_dropped(messages, reply):
+        if tools and not warned and tools_dropped(messages, reply):
             warned.append(True)
             log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=estimate_tokens(messages) + SCHEMA_TOKENS))
         return reply
@@ -848,11 +869,11 @@ DROPPED_TOOLS = ("[tools] the server counted {counted:,} prompt tokens for a req
 
 
 def tools_dropped(messages: list[dict], reply: dict) -> bool:
-    """The server saw far fewer tokens than the messages and the schemas hold, and no tool was
-    called: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
-    counted = reply.get("usage")
-    return (isinstance(counted, int) and counted > 0 and not reply.get("tool_calls")
-            and counted + SCHEMA_TOKENS // 2 < estimate_tokens(messages) + SCHEMA_TOKENS)
+    """The server saw far fewer tokens than the messages and the schemas hold, and no tool call has
+    come back yet: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
+    counted = reply.get("usage") or 0
+    return (counted > 0 and counted + SCHEMA_TOKENS // 2 < estimate_tokens(messages) + SCHEMA_TOKENS
+            and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
 @contextmanager
@@ -1503,12 +1524,12 @@ def shell_mode(ws: Workspace) -> str:
 def diagnose(error: Exception, config: Config) -> str:
     """One line that says what went wrong with the server, and what to change."""
     import openai
-    where = config.base_url or "api.openai.com"
+    where, root = config.base_url or "api.openai.com", api_root(config.base_url or "api.openai.com")
     if isinstance(error, openai.APITimeoutError):
         return (f"the server at {where} did not answer in {config.timeout:g} s, twice (REQUEST_TIMEOUT sets "
                 "the wait)")
     if isinstance(error, openai.APIConnectionError):
-        return f"cannot reach {where}: start the server or fix OPENAI_BASE_URL in .env"
+        return connection_trouble(error, where)
     if isinstance(error, openai.AuthenticationError):
         return "the server refused the API key: set OPENAI_API_KEY in .env"
     if isinstance(error, openai.APIStatusError) and PERMANENT.search(str(error)):
@@ -1518,14 +1539,47 @@ def diagnose(error: Exception, config: Config) -> str:
         if re.search(r"model", str(error), re.I) and not re.search(r"File Not Found|<html|Cannot POST", str(error)):
             return f"the server has no model {config.model!r}: set MODEL in .env"
         return (f"the server at {where} has no chat endpoint there (HTTP 404): OPENAI_BASE_URL usually ends "
-                f"in /v1, for example {where.rstrip('/')}/v1")
+                f"in /v1, for example {root}")
+    if isinstance(error, openai.RateLimitError):
+        wait = asked_wait(error)
+        return (f"the server limits requests (HTTP 429{f', it asks to wait {wait:g} s' if wait else ''}): "
+                f"{body_line(error)}; ask again later")
     if isinstance(error, openai.APIStatusError):
-        return f"the server answered HTTP {error.status_code}: {first_line(error, 200)}"
-    if isinstance(error, (openai.APIResponseValidationError, ServerReplyError)):
-        hint = ("" if where.rstrip("/").endswith("/v1") else
-                f"; OPENAI_BASE_URL usually ends in /v1 ({where.rstrip('/')}/v1)")
+        return f"the server answered HTTP {error.status_code}: {body_line(error)}"
+    if isinstance(error, ServerReplyError):
+        hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({root})"
         return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}{hint}"
     return first_line(error, 300)
+
+
+def api_root(url: str) -> str:
+    """The /v1 an OpenAI-compatible URL belongs under, the full endpoint URL included."""
+    return re.sub(r"(/v1)?(/chat/completions)?/*$", "", url) + "/v1"
+
+
+def connection_trouble(error: Exception, where: str) -> str:
+    """Refused, dropped, or https to a plain-HTTP server, told apart by what the connection raised."""
+    import ssl
+    causes = [error]
+    while len(causes) < 10 and (causes[-1].__cause__ or causes[-1].__context__):
+        causes.append(causes[-1].__cause__ or causes[-1].__context__)
+    if any(isinstance(e, ssl.SSLError) for e in causes):
+        return f"{where} does not speak https (it may be plain HTTP): try http:// in OPENAI_BASE_URL"
+    if any(isinstance(e, ConnectionRefusedError) for e in causes):
+        return f"nothing answers at {where} (connection refused): start the server or fix OPENAI_BASE_URL in .env"
+    if any(type(e).__name__ in ("RemoteProtocolError", "ReadError") for e in causes):
+        return (f"the server at {where} dropped the connection before its reply was whole, twice: see the server's "
+                "log (did it crash or restart?), then ask again")
+    return f"cannot reach {where} ({first_line(causes[-1], 80)}): start the server or fix OPENAI_BASE_URL in .env"
+
+
+def body_line(error: Exception) -> str:
+    """The first line of text an error's body holds: its message, or an HTML page's words."""
+    body = getattr(error, "body", None)
+    text = re.sub(r"^Error code: \d+( - )?", "", str(error)) or (body if isinstance(body, str) else
+                                                                 json.dumps(body, default=str))
+    lines = re.sub(r"(?is)<(script|style|head)\b.*?</\1>|<[^>]+>", "\n", text).splitlines()
+    return printable(next((line for line in lines if line.strip()), text), 200)
 
 
 def first_line(error: Exception, width: int = 160) -> str:

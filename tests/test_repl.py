@@ -374,7 +374,7 @@ def test_a_server_error_ends_the_turn_with_one_line_not_the_session(server, term
     lines = [line for line in shown.replace("\r", "\n").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in shown, shown
-    expected = "the server answered HTTP 500" if failure == "HTTP 500" else "cannot reach"
+    expected = "the server answered HTTP 500: boom" if failure == "HTTP 500" else "nothing answers at"
     assert expected in errors[0]
     if failure == "server stopped":
         server.start()  # the same address again
