@@ -704,10 +704,17 @@ def openai_model(client, model: str, prepare: Callable = list, **request) -> Cal
     reads its raw reply with read_reply. `prepare` turns the history into what is sent; `request`
     adds options such as max_tokens."""
     def call(messages: list[dict], tools: list[dict]) -> dict:
-        raw = client.chat.completions.with_raw_response.create(
-            model=model, messages=prepare(messages), **({"tools": tools, "tool_choice": "auto"} if tools else {}),
-            **request)
-        return read_reply(raw.http_response.text)
+        def create():
+            return client.chat.completions.with_raw_response.create(model=model, messages=prepare(messages), **(
+                {"tools": tools, "tool_choice": "auto"} if tools else {}), **request).http_response.text
+        try:
+            return read_reply(create())
+        except Exception as error:  # OpenAI's reasoning models refuse max_tokens: the other name from now on
+            if getattr(error, "status_code", 0) != 400 or "max_completion_tokens" not in str(error) or \
+                    "max_tokens" not in request:
+                raise
+            request["max_completion_tokens"] = request.pop("max_tokens")
+            return read_reply(create())
     return call
 
 
@@ -1087,12 +1094,10 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     reasoning = (env.get("SEND_REASONING") or "1").strip().lower()
     if reasoning not in YES + NO:
         raise ConfigError(f"SEND_REASONING={reasoning!r} must be one of {', '.join(YES + NO)}")
-    values = {"model": env.get("MODEL") or Config.model, "base_url": base_url,
-              "context_window": whole_number(env, "CONTEXT_WINDOW", "128000", 1_000),
-              "timeout": float(whole_number(env, "REQUEST_TIMEOUT", "120", 1)),
-              "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0), "send_reasoning": reasoning in YES,
-              "bash_timeout": float(whole_number(env, "BASH_TIMEOUT", f"{BASH_TIMEOUT:.0f}", 1)),
-              "precise_tools": tuple(t for t in re.split(r"[,\s]+", env.get("PRECISE_TOOLS") or "") if t)}
+    values = {field: whole_number(env, name, default, least) for name, (field, default, least) in NUMBERS.items()}
+    values.pop(None)  # SUMMARY_CONTEXT_WINDOW: checked here, read by compact.summary_window
+    values.update(model=env.get("MODEL") or Config.model, base_url=base_url, send_reasoning=reasoning in YES,
+                  precise_tools=tuple(t for t in re.split(r"[,\s]+", env.get("PRECISE_TOOLS") or "") if t))
     values.update({k: v for k, v in overrides.items() if v is not None})
     config = Config(**values)
     problems = [(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
@@ -1109,8 +1114,14 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     return config
 
 
-def whole_number(env: dict, name: str, default: str, least: int) -> int:
-    value = env.get(name) or default
+# Every number a setting holds, read and refused the same way: name -> (Config field, default, least).
+NUMBERS = {"CONTEXT_WINDOW": ("context_window", 128_000, 1_000), "REQUEST_TIMEOUT": ("timeout", 120, 1),
+           "MAX_OUTPUT_TOKENS": ("max_output", 0, 0), "BASH_TIMEOUT": ("bash_timeout", int(BASH_TIMEOUT), 1),
+           "SUMMARY_CONTEXT_WINDOW": (None, 1_000, 1_000)}
+
+
+def whole_number(env: dict, name: str, default: int, least: int) -> int:
+    value = env.get(name) or str(default)
     if not (value.isascii() and value.isdigit()) or int(value) < least:
         raise ConfigError(f"{name}={value!r} must be a whole number, at least {least}")
     return int(value)
@@ -1130,13 +1141,14 @@ def check_base_url(url: str) -> None:
                           "(for example http://localhost:11434/v1 for Ollama)")
 
 
-def load_env(path: Path | None = None) -> None:
-    """Load .env with python-dotenv, refusing a line it cannot parse instead of skipping it."""
-    from dotenv import find_dotenv, load_dotenv
+def load_env(path: Path | None = None) -> Path | None:
+    """Load .env with python-dotenv, from the current folder, else from the agent's own folder;
+    a line it cannot parse is refused instead of skipped. Returns the file read."""
+    from dotenv import load_dotenv
     from dotenv.parser import parse_stream
-    found = path or Path(find_dotenv(usecwd=True) or "")
-    if not found.is_file():
-        return
+    found = path or next((p for p in (Path.cwd() / ".env", HERE / ".env") if p.is_file()), None)
+    if found is None or not found.is_file():
+        return None
     try:
         with open(found, encoding="utf-8") as stream:
             bindings = list(parse_stream(stream))
@@ -1147,6 +1159,7 @@ def load_env(path: Path | None = None) -> None:
             raise ConfigError(f"{found}:{binding.original.line}: cannot read "
                               f"{binding.original.string.strip()!r}; write it as KEY=value")
     load_dotenv(found, encoding="utf-8")
+    return found
 
 
 # --- Sessions: the agent's records live outside the workspace, saved after every turn --------
@@ -1463,7 +1476,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args([safe_text(a) for a in (sys.argv[1:] if argv is None else argv)])
     config = None
     try:
-        load_env()
+        if read := load_env():
+            print(f"[settings] read {read}")
         workspace = Path(args.workspace)
         if not workspace.is_dir():
             raise ConfigError(f"--workspace {args.workspace}: " + ("is a file, not a folder" if workspace.exists()
@@ -1753,7 +1767,8 @@ def demo(args: argparse.Namespace, config: Config) -> int:
 def run_demo(config: Config, log=print) -> Session:
     """The main job with no model: the demo model surveys a temporary copy of this project, and the
     report it wrote there is printed before the copy is deleted."""
-    log("[demo] No OPENAI_API_KEY or OPENAI_BASE_URL: running the offline demo." if not model_configured()
+    log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in {Path.cwd()} or {HERE}): running the "
+        "offline demo." if not model_configured()
         else "[demo] --demo: running the offline demo, not the configured model.")
     log(DEMO_SAYS)
     with demo_copy() as folder:

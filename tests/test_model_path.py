@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -311,6 +312,10 @@ def bad_window(tmp_path, monkeypatch, fake_openai):
     monkeypatch.setenv("CONTEXT_WINDOW", "abc")
 
 
+def bad_summary_window(tmp_path, monkeypatch, fake_openai):
+    monkeypatch.setenv("SUMMARY_CONTEXT_WINDOW", "xyz")
+
+
 def ftp_url(tmp_path, monkeypatch, fake_openai):
     monkeypatch.setenv("OPENAI_BASE_URL", "ftp://x")
 
@@ -320,6 +325,7 @@ def ftp_url(tmp_path, monkeypatch, fake_openai):
     (missing_model, "no model 'gpt-4o-mini'"),
     (malformed_env, ".env:1: cannot read"),
     (bad_window, "CONTEXT_WINDOW='abc'"),
+    (bad_summary_window, "SUMMARY_CONTEXT_WINDOW='xyz' must be a whole number, at least 1000"),
     (ftp_url, "OPENAI_BASE_URL='ftp://x' is not a valid http:// or https:// URL"),  # reworded with the redesign
 ])
 def test_main_reports_a_problem_in_one_line(tmp_path, monkeypatch, fake_openai, capsys, problem, expected):
@@ -442,3 +448,36 @@ def test_the_dropped_tools_line_only_while_no_tool_call_has_come_back(fake_opena
     log = []
     tiny_agent.server_model(tiny_agent.load_config(), log=log.append)(history, tiny_agent.TOOL_SCHEMAS)
     assert [line.startswith("[tools] the server counted 20 prompt tokens") for line in log] == ([] if called else [True])
+
+
+def test_a_server_that_asks_for_max_completion_tokens_gets_it_from_then_on(fake_openai):
+    unsupported = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                             "'max_completion_tokens' instead.", "type": "invalid_request_error",
+                             "param": "max_tokens", "code": "unsupported_parameter"}}
+    server = fake_openai(lambda body: (400, unsupported) if "max_tokens" in body else (200, chat_response("ok")))
+    model = tiny_agent.server_model(tiny_agent.load_config(), log=lambda line: None)
+    for question in ("one", "two"):
+        assert model([SYSTEM, {"role": "user", "content": question}], tiny_agent.TOOL_SCHEMAS)["content"] == "ok"
+    assert ["max_tokens" in body for body in server.requests] == [True, False, False]
+    assert server.requests[1]["max_completion_tokens"] == server.requests[2]["max_completion_tokens"] == 16_000
+
+
+def test_env_is_read_from_the_current_folder_then_from_the_agents_own_and_the_start_says_which(fake_openai, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    server = fake_openai(lambda body: (200, chat_response(f"model {body['model']}")))
+    agent, here, other = tmp_path / "agent", tmp_path / "here", tmp_path / "other"
+    for folder in (agent, here, other):
+        folder.mkdir()
+    for name in ("tiny_agent.py", "compact.py"):
+        shutil.copy(Path(tiny_agent.__file__).parent / name, agent)
+    (agent / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-the-agent\n")
+    (here / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-here\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path), "NO_PROXY": "*",
+           "PYTHONPATH": ":".join(sys.path)}
+    for cwd, model in ((other, "from-the-agent"), (here, "from-here")):
+        done = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), "--yes", "hi"], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        read = (agent if model == "from-the-agent" else here) / ".env"
+        assert f"[settings] read {read}" in done.stdout and f"model {model}" in done.stdout, done.stdout + done.stderr
