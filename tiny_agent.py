@@ -77,8 +77,12 @@ def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) 
     except KeyboardInterrupt:
         answer_open_calls(session.messages)  # Ctrl-C: the history stays valid for the next question
         raise
-    n = session.max_iterations
-    return f"stopped after {n} iteration{'s' * (n != 1)} without a final answer"
+    close_turn(session.messages, stopped(session.max_iterations))
+    return stopped(session.max_iterations)
+
+
+def stopped(n: int) -> str:
+    return f"stopped after {n} model call{'s' * (n != 1)} without a final answer: --max-iterations raises the limit"
 
 
 def compact_now(session: Session, focus: str | None = None, level: int = 0, log=print) -> None:
@@ -188,6 +192,7 @@ def requested_focus(arguments: str) -> str:
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what a terminal would obey, not print
 
 
 def safe_text(text: str) -> str:
@@ -729,7 +734,7 @@ def one_task(argv: list[str] | None = None) -> int:
     task = " ".join(sys.argv[1:] if argv is None else argv) or "Say what the files in this folder are for."
     session = Session([{"role": "system", "content": SYSTEM_PROMPT}], tutorial_compaction())
     model = openai_model(make_client(), os.environ.get("MODEL") or "gpt-4o-mini")
-    print(run(session, task, model, Workspace(Path("."))))
+    print(CONTROL.sub("", run(session, task, model, Workspace(Path(".")))))
     return 0
 
 
@@ -1300,6 +1305,9 @@ HELP = """/help                 this list
 /exit                 quit (Ctrl-D too); Ctrl-C stops the current turn, and at a prompt clears the line"""
 
 
+COMMANDS = ("/help", "/context", "/compact", "/strategy", "/exit", "/quit")
+
+
 def read_line(prompt: str) -> str | None:
     """One line from the terminal, with line editing and history where Python has readline, so a
     paste of any length arrives whole; bytes that are not UTF-8 become U+FFFD. None on Ctrl-D."""
@@ -1345,9 +1353,12 @@ def repl(session: Session, config: Config, model: Callable, ws: Workspace, path:
         line = line.strip()
         if not line:
             continue
-        if line.startswith("/"):
+        word = line.split()[0]
+        if word in COMMANDS or (re.fullmatch(r"/\w*", word) and "\n" not in line):  # a typo: asked about
             config, done = command(session, config, line, ws)
-        else:
+        else:  # a paste, or a path, that starts with "/" is a question
+            if line.startswith("/"):
+                print(f"[repl] {line.split()[0][:40]} is not a command: sent as a question")
             done = turn(session, config, line, model, ws)
         if path is not None and len(session.messages) > 1:
             save_session(session, config, path)  # after every turn and command, /compact and /strategy too
@@ -1361,15 +1372,20 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
     import openai
     size = len(session.messages)
     try:
-        print(f"agent> {run(session, question, model, ws)}")
-    except KeyboardInterrupt:
-        print("\n[interrupted] the turn was stopped; the history is kept")
+        print(f"agent> {CONTROL.sub('', run(session, question, model, ws)) or EMPTY}")
+    except KeyboardInterrupt:  # the question stays, marked, so the next one is not merged into it
+        if session.messages[-1].get("role") == "user":
+            session.messages.append({"role": "assistant", "content": "[interrupted by the user before an answer]"})
+        print("\n[interrupted] the turn was stopped; the question stays in the history, marked as interrupted")
     except (openai.OpenAIError, ServerReplyError, ContextOverflowError) as error:
         if len(session.messages) == size + 1 and session.messages[-1].get("role") == "user":
             session.messages.pop()  # unanswered: ↑ brings the question back to send it again
         close_turn(session.messages, f"[this turn ended with an error: {first_line(error, 120)}]")
         print(f"error: {diagnose(error, config)}")
     return False
+
+
+EMPTY = "(the model's answer was empty)"
 
 
 def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple[Config, bool]:
@@ -1379,6 +1395,8 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         return config, True
     if name == "/context":
         print(context_meter(session, config))
+    elif name == "/compact" and session.compaction.name == "none":
+        print("[compact] --strategy none never compacts: /strategy sawtooth (or another) to compact")
     elif name == "/compact":
         before = session.messages
         try:
@@ -1390,12 +1408,14 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         except ContextOverflowError as error:
             print(f"error: {error}")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
-        config = replace(config, strategy=rest.strip())
-        archive = session.compaction.archive
-        session.compaction = make_compaction(config, archive=archive, ws=ws)
+        config, old = replace(config, strategy=rest.strip()), session.compaction
+        session.compaction = make_compaction(config, archive=old.archive, ws=ws)
+        for kept in ("compactions", "tokens_saved", "failures", "last_error"):  # the statistics go on
+            setattr(session.compaction.state, kept, getattr(old.state, kept))
         print(f"[strategy] {config.strategy} from now on")
     elif name == "/strategy":
-        print(f"choose one of {', '.join(STRATEGIES)}")
+        print(f"[strategy] {'unknown strategy ' + repr(rest.strip()) + '; ' if rest.strip() else ''}the current one "
+              f"is {session.compaction.name}; choose one of {', '.join(STRATEGIES)}")
     elif name == "/help":
         print(HELP)
     else:
@@ -1425,7 +1445,9 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         seen, n = session.usage
         current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
         counted = f"; the server counted {n:,} for the last request" + ("" if current else ", before a compaction")
-    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + counted]
+    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + (
+        f" ({TRIGGER:.0%} of the window less the {config.reserved_output:,} kept for the reply)" if c.name == "sawtooth"
+        else "") + counted]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
@@ -1507,8 +1529,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 save_session(session, config, path)
             finish(session, answer)
-        else:
-            repl(session, config, model, ws, path)
+            return 3 if answer == stopped(session.max_iterations) else 0
+        repl(session, config, model, ws, path)
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -1784,8 +1806,9 @@ def run_demo(config: Config, log=print) -> Session:
 
 
 def finish(session: Session, answer: str, log=print) -> None:
-    log(f"[answer] {answer}\n")
-    log(sawtooth_chart(session.sent))
+    log(f"[answer] {CONTROL.sub('', answer) or EMPTY}\n")
+    if session.compactions:  # the chart shows the teeth; without a compaction there are none
+        log(sawtooth_chart(session.sent))
     n = len(session.sent)
     log(f"[done] {n} request{'s' * (n != 1)}, {session.compactions} compaction{'s' * (session.compactions != 1)}, "
         f"at most {max((m for m, _ in session.sent), default=0)} messages and "
