@@ -629,29 +629,25 @@ OPENAI_FIELDS = {"role", "content", "refusal", "annotations", "audio", "function
 
 
 def read_reply(body) -> dict:
-    """The one reader at the edge: a server's reply, as raw JSON text or parsed, becomes an assistant
-    message (with the server's prompt count as `usage`) or a ServerReplyError naming what was sent;
-    nothing behind it checks a reply again."""
-    if isinstance(body, (str, bytes)):
-        if len(body) > REPLY_LIMITS[0]:
-            raise ServerReplyError(f"a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
-        try:
-            body = json.loads(body)
-        except (ValueError, RecursionError):
-            raise ServerReplyError(f"a reply that is not whole JSON: {shown(body)}") from None
+    """The one reader at the edge: a reply, raw JSON text or parsed, becomes an assistant message
+    (the server's prompt count as `usage`) or a ServerReplyError naming what was sent."""
+    if isinstance(body, (str, bytes)) and len(body) > REPLY_LIMITS[0]:
+        raise ServerReplyError(f"a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
+    try:
+        body = json.loads(body) if isinstance(body, (str, bytes)) else body
+    except (ValueError, RecursionError):
+        raise ServerReplyError(f"a reply that is not whole JSON: {shown(body)}") from None
     choices = body.get("choices") if isinstance(body, dict) else None
     message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
     if not isinstance(message, dict):
         raise ServerReplyError(f"a reply without a message: {shown(body)}")
-    usage = body.get("usage")
-    counted = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    counted = body["usage"].get("prompt_tokens") if isinstance(body.get("usage"), dict) else None
     return {**assistant_message(message), "usage": counted if type(counted) is int else None}
 
 
 def assistant_message(message: dict) -> dict:
-    """A reply's message as the only shape the rest of the code knows: text, the calls with an id
-    and JSON-string arguments each, and any string field a server adds (a thinking model's
-    reasoning_content) as the server sent it."""
+    """The only shape the rest of the code knows: text, calls each with an id and JSON-string
+    arguments, and the string fields a server adds (reasoning_content) as it sent them."""
     content = message.get("content")
     if isinstance(content, list):  # content parts: their text
         content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
@@ -662,25 +658,26 @@ def assistant_message(message: dict) -> dict:
     if not isinstance(calls, list):
         raise ServerReplyError(f"tool_calls that are not a list: {shown(calls)}")
     ids: set[str] = set()
-    for call in calls:
-        reply.setdefault("tool_calls", []).append(tool_call(call, ids))
-    return reply
+    return {**reply, "tool_calls": [tool_call(c, ids) for c in calls]} if calls else reply
 
 
 def tool_call(call, ids: set[str]) -> dict:
-    """One call: a function name, arguments of any JSON type as a JSON string, nesting bounded, and
-    an id made up here when the server sent none (or one already used): OpenAI refuses a null id."""
+    """A name, arguments of any JSON type as a JSON string, nesting bounded, and an id made up here
+    when the server sent none or a used one: OpenAI refuses a null id, so every later request fails."""
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise ServerReplyError(f"a tool call without a function name: {shown(call)}")
     arguments = function.get("arguments")
     try:
-        deep = nesting(json.loads(arguments) if isinstance(arguments, str) else arguments) > REPLY_LIMITS[1]
+        value, depth = [json.loads(arguments) if isinstance(arguments, str) else arguments], 0
+        while value and depth <= REPLY_LIMITS[1]:  # one level at a time, no recursion
+            value, depth = [v for x in value if isinstance(x, (dict, list))
+                            for v in (x.values() if isinstance(x, dict) else x)], depth + 1
     except ValueError:
-        deep = False  # not JSON: the tool's result tells the model so
+        depth = 0  # not JSON: the tool's result tells the model so
     except RecursionError:
-        deep = True
-    if deep:
+        depth = REPLY_LIMITS[1] + 1
+    if depth > REPLY_LIMITS[1]:
         raise ServerReplyError(f"tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
     given = call.get("id")
     given = given if isinstance(given, str) and given and given not in ids else f"call_{os.urandom(6).hex()}"
@@ -688,15 +685,6 @@ def tool_call(call, ids: set[str]) -> dict:
     arguments = arguments if isinstance(arguments, str) else json.dumps({} if arguments is None else arguments)
     return {"id": given, "type": "function",
             "function": {"name": safe_text(function["name"]), "arguments": safe_text(arguments)}}
-
-
-def nesting(value) -> int:
-    """How deep a JSON value nests, counted level by level (no recursion), up to one past the bound."""
-    depth, level = 0, [value]
-    while depth <= REPLY_LIMITS[1] and (level := [v for x in level if isinstance(x, (dict, list))
-                                                  for v in (x.values() if isinstance(x, dict) else x)]):
-        depth += 1
-    return depth
 
 
 def shown(sent) -> str:
@@ -1258,29 +1246,24 @@ def read_session(folder: Path) -> dict:
 def check_saved(i: int, m: dict) -> None:
     """A saved message has text where text goes, and its calls read back unchanged through the
     reader at the edge (an id, a function name, arguments as a JSON string)."""
-    if not isinstance(m.get("content"), (str, list, type(None))) or (
-            m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str)):
-        raise TypeError(f"message {i} has a {type(m.get('content')).__name__} content or no tool_call_id")
     try:
-        if m["role"] == "assistant" and (assistant_message(m).get("tool_calls") or []) != (m.get("tool_calls") or []):
-            raise ValueError("tool calls without an id, a type or JSON-string arguments")
+        if not isinstance(m.get("content"), (str, list, type(None))) or (
+                m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str)) or (
+                m["role"] == "assistant" and assistant_message(m).get("tool_calls", []) != (m.get("tool_calls") or [])):
+            raise ValueError("its content, tool_call_id or tool calls are not what a server sends")
     except (ValueError, ServerReplyError) as error:
         raise ValueError(f"message {i}: {error}") from None
 
 
 def saved_state(state) -> CompactState | None:
-    """The compaction's saved state, each field of the type its default has (lists of text where
-    the field says list[str])."""
-    if state is None:
-        return None
+    """The compaction's saved state, each field of its default's type (list[str]: lists of text)."""
     known = {f.name: f for f in fields(CompactState)}
-    for name, value in state.items() if isinstance(state, dict) else [("state", state)]:
+    for name, value in state.items() if isinstance(state, dict) else [] if state is None else [("state", state)]:
         f = known.get(name)
-        kind = type(f.default_factory() if callable(f.default_factory) else f.default) if f else None
-        if kind is None or not isinstance(value, kind) or (
-                f.type == "list[str]" and not all(isinstance(v, str) for v in value)):
-            raise TypeError(f"state field {name!r} is a {type(value).__name__}" + (f", not a {kind.__name__}" if kind else ""))
-    return CompactState(**state)
+        kind = type(f.default_factory() if callable(f.default_factory) else f.default) if f else type(None)
+        if f is None or not isinstance(value, kind) or (f.type == "list[str]" and not all(isinstance(v, str) for v in value)):
+            raise TypeError(f"state field {name!r} is a {type(value).__name__}, not a {kind.__name__}")
+    return CompactState(**state) if state is not None else None
 
 
 def resume_session(session: Session, data: dict) -> None:
@@ -1311,10 +1294,8 @@ COMMANDS = ("/help", "/context", "/compact", "/strategy", "/exit", "/quit")
 def read_line(prompt: str) -> str | None:
     """One line from the terminal, with line editing and history where Python has readline, so a
     paste of any length arrives whole; bytes that are not UTF-8 become U+FFFD. None on Ctrl-D."""
-    try:
+    with contextlib.suppress(ImportError):
         importlib.import_module("readline")  # importing it turns line editing on for input()
-    except ImportError:
-        pass
     tolerant_stdin()
     try:
         lines = [input(prompt)]
@@ -1332,7 +1313,6 @@ def read_line(prompt: str) -> str | None:
 def pasting(wait: float = 0.05) -> bool:
     """True when more typed input is already waiting on the terminal, as the lines after the first
     of a paste are; a person typing the next question is never that fast."""
-    import select
     return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], wait)[0])
 
 
