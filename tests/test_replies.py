@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import compact
@@ -120,28 +121,40 @@ def test_a_bad_reply_through_http_ends_the_turn_with_one_line_and_the_repl_goes_
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                            max_leaves=20)
-functions = st.none() | json_values | st.fixed_dictionaries(
-    {"name": st.none() | st.sampled_from(["bash", "read_file", ""]) | json_values},
-    optional={"arguments": json_values | json_values.map(json.dumps) | st.just(DEEP)})
-calls = st.fixed_dictionaries({}, optional={"id": st.none() | st.text(max_size=4) | st.integers(), "function": functions,
-                                            "type": json_values})
-messages = st.fixed_dictionaries({}, optional={
-    "content": st.none() | st.text() | json_values, "tool_calls": st.none() | calls | st.lists(calls, max_size=3) | json_values,
-    "reasoning_content": json_values, "role": json_values})
-replies = st.fixed_dictionaries({}, optional={
+named = st.fixed_dictionaries(  # a function with a name, and arguments of any kind or none
+    {"name": st.sampled_from(["bash", "read_file", ""]) | st.text(max_size=8)},
+    optional={"arguments": json_values | json_values.map(json.dumps) | st.text(max_size=20) | st.just(DEEP)})
+calls = st.fixed_dictionaries({"function": named | named | st.none() | json_values},
+                              optional={"id": st.none() | st.sampled_from(["c1", "c2", ""]) | st.integers(),
+                                        "type": json_values})
+messages = st.fixed_dictionaries(
+    {"tool_calls": st.lists(calls, min_size=1, max_size=3) | st.lists(calls, max_size=3) | calls | st.none() | json_values},
+    optional={"content": st.none() | st.text() | json_values, "reasoning_content": json_values, "role": json_values})
+damaged = st.fixed_dictionaries({}, optional={
     "choices": json_values | st.lists(st.fixed_dictionaries({}, optional={"message": messages | json_values}), max_size=2),
     "usage": json_values | st.fixed_dictionaries({"prompt_tokens": json_values})})
+whole = st.fixed_dictionaries(  # a chat completion's skeleton, with anything in its message
+    {"choices": st.lists(st.fixed_dictionaries({"message": messages}), min_size=1, max_size=2)},
+    optional={"usage": st.fixed_dictionaries({"prompt_tokens": st.integers() | json_values})})
+OUTCOMES: Counter = Counter()  # what the property met, checked by the test after it
 
 
 @PROFILE
-@given(reply=replies | json_values, cut=st.none() | st.integers(min_value=0, max_value=400), as_text=st.booleans())
+@example(reply={"choices": [{"message": {"tool_calls": [{"function": {"name": "bash", "arguments": DEEP}}]}}]},
+         cut=None, as_text=True)
+@example(reply={"choices": [{"message": {"tool_calls": [{"id": "c1", "function": {"name": "bash", "arguments": {"a": 1}}},
+                                                        {"id": "c1", "function": {"name": "x"}}]}}]}, cut=None, as_text=False)
+@given(reply=whole | whole | damaged | json_values, cut=st.none() | st.none() | st.none() | st.integers(0, 400),
+       as_text=st.booleans())
 def test_no_reply_shape_gives_a_traceback_only_a_valid_message_or_one_line(reply, cut, as_text):
     sent = json.dumps(reply)[:cut] if cut is not None else json.dumps(reply) if as_text else reply
     try:
         got = tiny_agent.read_reply(sent)
     except tiny_agent.ServerReplyError as error:
         assert "\n" not in str(error) and len(str(error)) < 300
+        OUTCOMES["one line"] += 1
         return
+    OUTCOMES["tool calls" if got.get("tool_calls") else "a message"] += 1
     assert got["role"] == "assistant" and isinstance(got["content"], str)
     assert got["usage"] is None or type(got["usage"]) is int
     ids = [c["id"] for c in got.get("tool_calls", [])]
@@ -155,3 +168,10 @@ def test_no_reply_shape_gives_a_traceback_only_a_valid_message_or_one_line(reply
     compact.check_messages([got])
     tiny_agent.outgoing([{"role": "user", "content": "go"}, got])
     json.dumps(got)
+
+
+def test_the_property_met_messages_tool_calls_and_one_line_errors():
+    """Run after the property (same file, same worker): a property that never met an outcome proves nothing."""
+    if not OUTCOMES:
+        pytest.skip("run with the property test above")
+    assert OUTCOMES["a message"] and OUTCOMES["tool calls"] and OUTCOMES["one line"], OUTCOMES
