@@ -24,6 +24,7 @@ import inspect
 import json
 import os
 import re
+import reprlib
 import select
 import shlex
 import shutil
@@ -76,8 +77,12 @@ def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) 
     except KeyboardInterrupt:
         answer_open_calls(session.messages)  # Ctrl-C: the history stays valid for the next question
         raise
-    n = session.max_iterations
-    return f"stopped after {n} iteration{'s' * (n != 1)} without a final answer"
+    close_turn(session.messages, stopped(session.max_iterations))
+    return stopped(session.max_iterations)
+
+
+def stopped(n: int) -> str:
+    return f"stopped after {n} model call{'s' * (n != 1)} without a final answer: --max-iterations raises the limit"
 
 
 def compact_now(session: Session, focus: str | None = None, level: int = 0, log=print) -> None:
@@ -187,6 +192,7 @@ def requested_focus(arguments: str) -> str:
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what a terminal would obey, not print
 
 
 def safe_text(text: str) -> str:
@@ -237,8 +243,9 @@ BASH_TIMEOUT = 30.0  # seconds a command may run (BASH_TIMEOUT in .env)
 
 def tolerant_stdin() -> None:
     """Bytes typed at the terminal that are not UTF-8 arrive as lone surrogates (safe_text turns
-    them into U+FFFD) instead of a UnicodeDecodeError inside input()."""
-    if hasattr(sys.stdin, "reconfigure"):
+    them into U+FFFD) instead of a UnicodeDecodeError inside input(). Set once: a pipe's buffered
+    stream refuses to change after its first read."""
+    if hasattr(sys.stdin, "reconfigure") and sys.stdin.errors != "surrogateescape":
         sys.stdin.reconfigure(errors="surrogateescape")
 
 
@@ -618,34 +625,95 @@ def check_arguments(tool: Callable, ws: Workspace, args: dict) -> None:
 # --- The model and one task (lesson 02) ------------------------------------------------------
 
 
-def assistant_message(message) -> dict:
-    """The `openai` reply as a plain dict, the only shape the rest of the code knows. Fields a
-    server adds (a thinking model's reasoning_content) are kept as the server sent them."""
-    reply = {"role": "assistant", "content": safe_text(message.content or "")}
-    extra = getattr(message, "model_extra", None) or {}
-    reply.update({k: v for k, v in extra.items() if isinstance(v, str) and v and k not in reply})
-    if message.tool_calls:
-        reply["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-            "name": c.function.name, "arguments": safe_text(c.function.arguments or "{}")}} for c in message.tool_calls]
-    return reply
+REPLY_LIMITS = (16_000_000, 64)  # characters of a reply, and how deep tool-call arguments may nest
+OPENAI_FIELDS = {"role", "content", "refusal", "annotations", "audio", "function_call", "tool_calls"}
+
+
+def read_reply(body) -> dict:
+    """The one reader at the edge: a reply, raw JSON text or parsed, becomes an assistant message
+    (the server's prompt count as `usage`) or a ServerReplyError naming what was sent."""
+    if isinstance(body, (str, bytes)) and len(body) > REPLY_LIMITS[0]:
+        raise ServerReplyError(f"a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
+    try:
+        body = json.loads(body) if isinstance(body, (str, bytes)) else body
+    except (ValueError, RecursionError):
+        raise ServerReplyError(f"a reply that is not whole JSON: {shown(body)}") from None
+    choices = body.get("choices") if isinstance(body, dict) else None
+    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise ServerReplyError(f"a reply without a message: {shown(body)}")
+    counted = body["usage"].get("prompt_tokens") if isinstance(body.get("usage"), dict) else None
+    return {**assistant_message(message), "usage": counted if type(counted) is int else None}
+
+
+def assistant_message(message: dict) -> dict:
+    """The only shape the rest of the code knows: text, calls each with an id and JSON-string
+    arguments, and the string fields a server adds (reasoning_content) as it sent them."""
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: their text
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    reply = {"role": "assistant", "content": safe_text(content) if isinstance(content, str) else ""}
+    reply.update({k: safe_text(v) for k, v in message.items() if isinstance(v, str) and v and k not in OPENAI_FIELDS})
+    calls = message.get("tool_calls") or []
+    calls = [calls] if isinstance(calls, dict) else calls  # one call sent as an object
+    if not isinstance(calls, list):
+        raise ServerReplyError(f"tool_calls that are not a list: {shown(calls)}")
+    ids: set[str] = set()
+    return {**reply, "tool_calls": [tool_call(c, ids) for c in calls]} if calls else reply
+
+
+def tool_call(call, ids: set[str]) -> dict:
+    """A name, arguments of any JSON type as a JSON string, nesting bounded, and an id made up here
+    when the server sent none or a used one: OpenAI refuses a null id, so every later request fails."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise ServerReplyError(f"a tool call without a function name: {shown(call)}")
+    arguments = function.get("arguments")
+    try:
+        value, depth = [json.loads(arguments) if isinstance(arguments, str) else arguments], 0
+        while value and depth <= REPLY_LIMITS[1]:  # one level at a time, no recursion
+            value, depth = [v for x in value if isinstance(x, (dict, list))
+                            for v in (x.values() if isinstance(x, dict) else x)], depth + 1
+    except ValueError:
+        depth = 0  # not JSON: the tool's result tells the model so
+    except RecursionError:
+        depth = REPLY_LIMITS[1] + 1
+    if depth > REPLY_LIMITS[1]:
+        raise ServerReplyError(f"tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
+    given = call.get("id")
+    given = given if isinstance(given, str) and given and given not in ids else f"call_{os.urandom(6).hex()}"
+    ids.add(given)
+    arguments = arguments if isinstance(arguments, str) else json.dumps({} if arguments is None else arguments)
+    return {"id": given, "type": "function",
+            "function": {"name": safe_text(function["name"]), "arguments": safe_text(arguments)}}
+
+
+def shown(sent) -> str:
+    """What a server sent, in one short line (nesting shown only a few levels deep)."""
+    return printable(sent if isinstance(sent, str) else reprlib.repr(sent), 120)
 
 
 def openai_model(client, model: str, prepare: Callable = list, **request) -> Callable[[list[dict], list[dict]], dict]:
-    """A model is any function (messages, tools) -> assistant message; this one asks a server.
-    `prepare` turns the history into what is sent; `request` adds options such as max_tokens."""
+    """A model is any function (messages, tools) -> assistant message; this one asks a server and
+    reads its raw reply with read_reply. `prepare` turns the history into what is sent; `request`
+    adds options such as max_tokens."""
     def call(messages: list[dict], tools: list[dict]) -> dict:
-        response = client.chat.completions.create(
-            model=model, messages=prepare(messages), **({"tools": tools, "tool_choice": "auto"} if tools else {}),
-            **request)
-        if not getattr(response, "choices", None):
-            raise ServerReplyError(f"the server answered without a reply: {str(response)[:120]}")
-        usage = getattr(response, "usage", None)
-        return {**assistant_message(response.choices[0].message), "usage": getattr(usage, "prompt_tokens", None)}
+        def create():
+            return client.chat.completions.with_raw_response.create(model=model, messages=prepare(messages), **(
+                {"tools": tools, "tool_choice": "auto"} if tools else {}), **request).http_response.text
+        try:
+            return read_reply(create())
+        except Exception as error:  # OpenAI's reasoning models refuse max_tokens: the other name from now on
+            if getattr(error, "status_code", 0) != 400 or "max_completion_tokens" not in str(error) or \
+                    "max_tokens" not in request:
+                raise
+            request["max_completion_tokens"] = request.pop("max_tokens")
+            return read_reply(create())
     return call
 
 
 class ServerReplyError(Exception):
-    """The server answered 200 with something that is not a chat completion."""
+    """A reply (or a saved message) that is not a chat completion's; its text names what was sent."""
 
 
 def one_task(argv: list[str] | None = None) -> int:
@@ -655,7 +723,7 @@ def one_task(argv: list[str] | None = None) -> int:
     task = " ".join(sys.argv[1:] if argv is None else argv) or "Say what the files in this folder are for."
     session = Session([{"role": "system", "content": SYSTEM_PROMPT}], tutorial_compaction())
     model = openai_model(make_client(), os.environ.get("MODEL") or "gpt-4o-mini")
-    print(run(session, task, model, Workspace(Path("."))))
+    print(CONTROL.sub("", run(session, task, model, Workspace(Path(".")))))
     return 0
 
 
@@ -670,7 +738,7 @@ import importlib  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from dataclasses import asdict, replace  # noqa: E402
+from dataclasses import asdict, fields, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
                      content_text, estimate_tokens, is_context_overflow, is_summary, leaving, model_configured,
@@ -740,20 +808,41 @@ SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
 PERMANENT = re.compile(r"requires --jinja|tools param requires|does not support tools", re.I)
 
 
-def retried_once(call: Callable) -> Callable:
+RETRY_BOUND = 60  # seconds: the longest wait a server's Retry-After gets before one more try
+
+
+def retried_once(call: Callable, log=print) -> Callable:
     """A request that failed for a passing reason (a timeout, a dropped connection, HTTP 429 or 5xx)
-    is sent once more, as the openai client would; a refusal that will not change is not
-    (llama-server --no-jinja answers HTTP 500 to every request with tools)."""
+    is sent once more, after the wait its Retry-After asks (up to RETRY_BOUND, shown; Ctrl-C cancels
+    it), as the openai client would; a refusal that will not change is not (llama-server --no-jinja
+    answers HTTP 500 to every request with tools)."""
     import openai
 
     def once_more(messages: list[dict], tools: list[dict]) -> dict:
         try:
             return call(messages, tools)
         except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as error:
-            if PERMANENT.search(str(error)):
+            wait = asked_wait(error)
+            if PERMANENT.search(str(error)) or wait > RETRY_BOUND:
                 raise
+            if wait:
+                log(f"[retry] the server asks to wait {wait:g} s (HTTP {error.status_code}): waiting, Ctrl-C cancels")
+                time.sleep(wait)
             return call(messages, tools)
     return once_more
+
+
+def asked_wait(error: Exception) -> float:
+    """The seconds a server's Retry-After header asks for (a number or an HTTP date); 0 without one."""
+    from email.utils import parsedate_to_datetime
+    response = getattr(error, "response", None)
+    value = response.headers.get("retry-after", "") if response is not None else ""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        with contextlib.suppress(TypeError, ValueError):
+            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    return 0.0
 
 
 def server_model(config: Config, log=print) -> Callable:
@@ -761,13 +850,13 @@ def server_model(config: Config, log=print) -> Callable:
     seconds while it thinks, and one line when the server's count shows the tools were dropped."""
     model = retried_once(openai_model(make_client(config.timeout, max_retries=0), config.model,
                                       prepare=lambda m: outgoing(m, config.send_reasoning),
-                                      max_tokens=config.reserved_output))
+                                      max_tokens=config.reserved_output), log)
     warned: list[bool] = []  # the dropped-tools line is said once a session
 
     def call(messages: list[dict], tools: list[dict]) -> dict:
         with waiting():
             reply = model(messages, tools)
-        if not warned and tools_dropped(messages, reply):
+        if tools and not warned and tools_dropped(messages, reply):
             warned.append(True)
             log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=estimate_tokens(messages) + SCHEMA_TOKENS))
         return reply
@@ -781,11 +870,11 @@ DROPPED_TOOLS = ("[tools] the server counted {counted:,} prompt tokens for a req
 
 
 def tools_dropped(messages: list[dict], reply: dict) -> bool:
-    """The server saw far fewer tokens than the messages and the schemas hold, and no tool was
-    called: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
-    counted = reply.get("usage")
-    return (isinstance(counted, int) and counted > 0 and not reply.get("tool_calls")
-            and counted + SCHEMA_TOKENS // 2 < estimate_tokens(messages) + SCHEMA_TOKENS)
+    """The server saw far fewer tokens than the messages and the schemas hold, and no tool call has
+    come back yet: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
+    counted = reply.get("usage") or 0
+    return (counted > 0 and counted + SCHEMA_TOKENS // 2 < estimate_tokens(messages) + SCHEMA_TOKENS
+            and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
 @contextmanager
@@ -1000,12 +1089,10 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     reasoning = (env.get("SEND_REASONING") or "1").strip().lower()
     if reasoning not in YES + NO:
         raise ConfigError(f"SEND_REASONING={reasoning!r} must be one of {', '.join(YES + NO)}")
-    values = {"model": env.get("MODEL") or Config.model, "base_url": base_url,
-              "context_window": whole_number(env, "CONTEXT_WINDOW", "128000", 1_000),
-              "timeout": float(whole_number(env, "REQUEST_TIMEOUT", "120", 1)),
-              "max_output": whole_number(env, "MAX_OUTPUT_TOKENS", "0", 0), "send_reasoning": reasoning in YES,
-              "bash_timeout": float(whole_number(env, "BASH_TIMEOUT", f"{BASH_TIMEOUT:.0f}", 1)),
-              "precise_tools": tuple(t for t in re.split(r"[,\s]+", env.get("PRECISE_TOOLS") or "") if t)}
+    values = {field: whole_number(env, name, default, least) for name, (field, default, least) in NUMBERS.items()}
+    values.pop(None)  # SUMMARY_CONTEXT_WINDOW: checked here, read by compact.summary_window
+    values.update(model=env.get("MODEL") or Config.model, base_url=base_url, send_reasoning=reasoning in YES,
+                  precise_tools=tuple(t for t in re.split(r"[,\s]+", env.get("PRECISE_TOOLS") or "") if t))
     values.update({k: v for k, v in overrides.items() if v is not None})
     config = Config(**values)
     problems = [(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
@@ -1022,8 +1109,14 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     return config
 
 
-def whole_number(env: dict, name: str, default: str, least: int) -> int:
-    value = env.get(name) or default
+# Every number a setting holds, read and refused the same way: name -> (Config field, default, least).
+NUMBERS = {"CONTEXT_WINDOW": ("context_window", 128_000, 1_000), "REQUEST_TIMEOUT": ("timeout", 120, 1),
+           "MAX_OUTPUT_TOKENS": ("max_output", 0, 0), "BASH_TIMEOUT": ("bash_timeout", int(BASH_TIMEOUT), 1),
+           "SUMMARY_CONTEXT_WINDOW": (None, 1_000, 1_000)}
+
+
+def whole_number(env: dict, name: str, default: int, least: int) -> int:
+    value = env.get(name) or str(default)
     if not (value.isascii() and value.isdigit()) or int(value) < least:
         raise ConfigError(f"{name}={value!r} must be a whole number, at least {least}")
     return int(value)
@@ -1043,13 +1136,14 @@ def check_base_url(url: str) -> None:
                           "(for example http://localhost:11434/v1 for Ollama)")
 
 
-def load_env(path: Path | None = None) -> None:
-    """Load .env with python-dotenv, refusing a line it cannot parse instead of skipping it."""
-    from dotenv import find_dotenv, load_dotenv
+def load_env(path: Path | None = None) -> Path | None:
+    """Load .env with python-dotenv, from the current folder, else from the agent's own folder;
+    a line it cannot parse is refused instead of skipped. Returns the file read."""
+    from dotenv import load_dotenv
     from dotenv.parser import parse_stream
-    found = path or Path(find_dotenv(usecwd=True) or "")
-    if not found.is_file():
-        return
+    found = path or next((p for p in (Path.cwd() / ".env", HERE / ".env") if p.is_file()), None)
+    if found is None or not found.is_file():
+        return None
     try:
         with open(found, encoding="utf-8") as stream:
             bindings = list(parse_stream(stream))
@@ -1060,6 +1154,7 @@ def load_env(path: Path | None = None) -> None:
             raise ConfigError(f"{found}:{binding.original.line}: cannot read "
                               f"{binding.original.string.strip()!r}; write it as KEY=value")
     load_dotenv(found, encoding="utf-8")
+    return found
 
 
 # --- Sessions: the agent's records live outside the workspace, saved after every turn --------
@@ -1127,25 +1222,56 @@ def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None, int | 
 
 
 def read_session(folder: Path) -> dict:
-    """The session saved last, checked; a damaged file gets one line and is left as it is."""
+    """The session saved last, checked through before anything uses it; a damaged file gets one
+    line naming the file and what is wrong, and is left as it is."""
     if not saved_sessions(folder):
         raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
     path = saved_sessions(folder)[-1]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        check_messages(data["messages"])  # a list of dicts, each with a role a server knows
-        data["state"] = CompactState(**data["state"]) if data.get("state") else None
-        data["strategy"] = str(data.get("strategy") or "sawtooth")
+        if not isinstance(data, dict):
+            raise TypeError(f"it holds a {type(data).__name__}, not an object")
+        check_messages(data.get("messages"))  # a list of dicts, each with a role a server knows
+        for i, m in enumerate(data["messages"]):
+            check_saved(i, m)
+        if not isinstance(data.setdefault("strategy", "sawtooth"), str) or data["strategy"] not in STRATEGIES:
+            raise ValueError(f"unknown strategy {data['strategy']!r}")
+        data["state"] = saved_state(data.get("state"))
         if not isinstance(data.get("archive") or "", str):
-            raise TypeError("archive")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise ConfigError(f"{path} is damaged and was left untouched; move it away to start afresh") from None
+            raise TypeError("archive is not a path")
+    except (OSError, ValueError, TypeError, ServerReplyError) as error:
+        raise ConfigError(f"{path} is damaged and was left untouched ({first_line(error, 100)}); move it away "
+                          "to start afresh") from None
     return data
 
 
+def check_saved(i: int, m: dict) -> None:
+    """A saved message has text where text goes, and its calls read back unchanged through the
+    reader at the edge (an id, a function name, arguments as a JSON string)."""
+    try:
+        if not isinstance(m.get("content"), (str, list, type(None))) or (
+                m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str)) or (
+                m["role"] == "assistant" and assistant_message(m).get("tool_calls", []) != (m.get("tool_calls") or [])):
+            raise ValueError("its content, tool_call_id or tool calls are not what a server sends")
+    except (ValueError, ServerReplyError) as error:
+        raise ValueError(f"message {i}: {error}") from None
+
+
+def saved_state(state) -> CompactState | None:
+    """The compaction's saved state, each field of its default's type (list[str]: lists of text)."""
+    known = {f.name: f for f in fields(CompactState)}
+    for name, value in state.items() if isinstance(state, dict) else [] if state is None else [("state", state)]:
+        f = known.get(name)
+        kind = type(f.default_factory() if callable(f.default_factory) else f.default) if f else type(None)
+        if f is None or not isinstance(value, kind) or (f.type == "list[str]" and not all(isinstance(v, str) for v in value)):
+            raise TypeError(f"state field {name!r} is a {type(value).__name__}, not a {kind.__name__}")
+    return CompactState(**state) if state is not None else None
+
+
 def resume_session(session: Session, data: dict) -> None:
-    """Continue a saved session: its history, its compaction's state and its archive file."""
-    session.messages = data["messages"]
+    """Continue a saved session: its history (after the system prompt, when the file has none), its
+    compaction's state and its archive file."""
+    session.messages = data["messages"] if system_head(data["messages"]) else session.messages[:1] + data["messages"]
     c = session.compaction
     if data["state"] is not None and c.state is not None and data["strategy"] == c.name:
         c.state.__dict__.update(data["state"].__dict__)
@@ -1164,13 +1290,14 @@ HELP = """/help                 this list
 /exit                 quit (Ctrl-D too); Ctrl-C stops the current turn, and at a prompt clears the line"""
 
 
+COMMANDS = ("/help", "/context", "/compact", "/strategy", "/exit", "/quit")
+
+
 def read_line(prompt: str) -> str | None:
     """One line from the terminal, with line editing and history where Python has readline, so a
     paste of any length arrives whole; bytes that are not UTF-8 become U+FFFD. None on Ctrl-D."""
-    try:
+    with contextlib.suppress(ImportError):
         importlib.import_module("readline")  # importing it turns line editing on for input()
-    except ImportError:
-        pass
     tolerant_stdin()
     try:
         lines = [input(prompt)]
@@ -1188,7 +1315,6 @@ def read_line(prompt: str) -> str | None:
 def pasting(wait: float = 0.05) -> bool:
     """True when more typed input is already waiting on the terminal, as the lines after the first
     of a paste are; a person typing the next question is never that fast."""
-    import select
     return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], wait)[0])
 
 
@@ -1209,9 +1335,12 @@ def repl(session: Session, config: Config, model: Callable, ws: Workspace, path:
         line = line.strip()
         if not line:
             continue
-        if line.startswith("/"):
+        word = line.split()[0]
+        if word in COMMANDS or (re.fullmatch(r"/\w*", word) and "\n" not in line):  # a typo: asked about
             config, done = command(session, config, line, ws)
-        else:
+        else:  # a paste, or a path, that starts with "/" is a question
+            if line.startswith("/"):
+                print(f"[repl] {line.split()[0][:40]} is not a command: sent as a question")
             done = turn(session, config, line, model, ws)
         if path is not None and len(session.messages) > 1:
             save_session(session, config, path)  # after every turn and command, /compact and /strategy too
@@ -1225,15 +1354,20 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
     import openai
     size = len(session.messages)
     try:
-        print(f"agent> {run(session, question, model, ws)}")
-    except KeyboardInterrupt:
-        print("\n[interrupted] the turn was stopped; the history is kept")
+        print(f"agent> {CONTROL.sub('', run(session, question, model, ws)) or EMPTY}")
+    except KeyboardInterrupt:  # the question stays, marked, so the next one is not merged into it
+        if session.messages[-1].get("role") == "user":
+            session.messages.append({"role": "assistant", "content": "[interrupted by the user before an answer]"})
+        print("\n[interrupted] the turn was stopped; the question stays in the history, marked as interrupted")
     except (openai.OpenAIError, ServerReplyError, ContextOverflowError) as error:
         if len(session.messages) == size + 1 and session.messages[-1].get("role") == "user":
             session.messages.pop()  # unanswered: ↑ brings the question back to send it again
         close_turn(session.messages, f"[this turn ended with an error: {first_line(error, 120)}]")
         print(f"error: {diagnose(error, config)}")
     return False
+
+
+EMPTY = "(the model's answer was empty)"
 
 
 def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple[Config, bool]:
@@ -1243,6 +1377,8 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         return config, True
     if name == "/context":
         print(context_meter(session, config))
+    elif name == "/compact" and session.compaction.name == "none":
+        print("[compact] --strategy none never compacts: /strategy sawtooth (or another) to compact")
     elif name == "/compact":
         before = session.messages
         try:
@@ -1254,12 +1390,14 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         except ContextOverflowError as error:
             print(f"error: {error}")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
-        config = replace(config, strategy=rest.strip())
-        archive = session.compaction.archive
-        session.compaction = make_compaction(config, archive=archive, ws=ws)
+        config, old = replace(config, strategy=rest.strip()), session.compaction
+        session.compaction = make_compaction(config, archive=old.archive, ws=ws)
+        for kept in ("compactions", "tokens_saved", "failures", "last_error"):  # the statistics go on
+            setattr(session.compaction.state, kept, getattr(old.state, kept))
         print(f"[strategy] {config.strategy} from now on")
     elif name == "/strategy":
-        print(f"choose one of {', '.join(STRATEGIES)}")
+        print(f"[strategy] {'unknown strategy ' + repr(rest.strip()) + '; ' if rest.strip() else ''}the current one "
+              f"is {session.compaction.name}; choose one of {', '.join(STRATEGIES)}")
     elif name == "/help":
         print(HELP)
     else:
@@ -1289,7 +1427,9 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         seen, n = session.usage
         current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
         counted = f"; the server counted {n:,} for the last request" + ("" if current else ", before a compaction")
-    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + counted]
+    lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + (
+        f" ({TRIGGER:.0%} of the window less the {config.reserved_output:,} kept for the reply)" if c.name == "sawtooth"
+        else "") + counted]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
@@ -1340,7 +1480,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args([safe_text(a) for a in (sys.argv[1:] if argv is None else argv)])
     config = None
     try:
-        load_env()
+        if read := load_env():
+            print(f"[settings] read {read}")
         workspace = Path(args.workspace)
         if not workspace.is_dir():
             raise ConfigError(f"--workspace {args.workspace}: " + ("is a file, not a folder" if workspace.exists()
@@ -1370,8 +1511,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 save_session(session, config, path)
             finish(session, answer)
-        else:
-            repl(session, config, model, ws, path)
+            return 3 if answer == stopped(session.max_iterations) else 0
+        repl(session, config, model, ws, path)
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -1401,12 +1542,12 @@ def shell_mode(ws: Workspace) -> str:
 def diagnose(error: Exception, config: Config) -> str:
     """One line that says what went wrong with the server, and what to change."""
     import openai
-    where = config.base_url or "api.openai.com"
+    where, root = config.base_url or "api.openai.com", api_root(config.base_url or "api.openai.com")
     if isinstance(error, openai.APITimeoutError):
         return (f"the server at {where} did not answer in {config.timeout:g} s, twice (REQUEST_TIMEOUT sets "
                 "the wait)")
     if isinstance(error, openai.APIConnectionError):
-        return f"cannot reach {where}: start the server or fix OPENAI_BASE_URL in .env"
+        return connection_trouble(error, where)
     if isinstance(error, openai.AuthenticationError):
         return "the server refused the API key: set OPENAI_API_KEY in .env"
     if isinstance(error, openai.APIStatusError) and PERMANENT.search(str(error)):
@@ -1416,14 +1557,47 @@ def diagnose(error: Exception, config: Config) -> str:
         if re.search(r"model", str(error), re.I) and not re.search(r"File Not Found|<html|Cannot POST", str(error)):
             return f"the server has no model {config.model!r}: set MODEL in .env"
         return (f"the server at {where} has no chat endpoint there (HTTP 404): OPENAI_BASE_URL usually ends "
-                f"in /v1, for example {where.rstrip('/')}/v1")
+                f"in /v1, for example {root}")
+    if isinstance(error, openai.RateLimitError):
+        wait = asked_wait(error)
+        return (f"the server limits requests (HTTP 429{f', it asks to wait {wait:g} s' if wait else ''}): "
+                f"{body_line(error)}; ask again later")
     if isinstance(error, openai.APIStatusError):
-        return f"the server answered HTTP {error.status_code}: {first_line(error, 200)}"
-    if isinstance(error, (openai.APIResponseValidationError, ServerReplyError)):
-        hint = ("" if where.rstrip("/").endswith("/v1") else
-                f"; OPENAI_BASE_URL usually ends in /v1 ({where.rstrip('/')}/v1)")
+        return f"the server answered HTTP {error.status_code}: {body_line(error)}"
+    if isinstance(error, ServerReplyError):
+        hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({root})"
         return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}{hint}"
     return first_line(error, 300)
+
+
+def api_root(url: str) -> str:
+    """The /v1 an OpenAI-compatible URL belongs under, the full endpoint URL included."""
+    return re.sub(r"(/v1)?(/chat/completions)?/*$", "", url) + "/v1"
+
+
+def connection_trouble(error: Exception, where: str) -> str:
+    """Refused, dropped, or https to a plain-HTTP server, told apart by what the connection raised."""
+    import ssl
+    causes = [error]
+    while len(causes) < 10 and (causes[-1].__cause__ or causes[-1].__context__):
+        causes.append(causes[-1].__cause__ or causes[-1].__context__)
+    if any(isinstance(e, ssl.SSLError) for e in causes):
+        return f"{where} does not speak https (it may be plain HTTP): try http:// in OPENAI_BASE_URL"
+    if any(isinstance(e, ConnectionRefusedError) for e in causes):
+        return f"nothing answers at {where} (connection refused): start the server or fix OPENAI_BASE_URL in .env"
+    if any(type(e).__name__ in ("RemoteProtocolError", "ReadError") for e in causes):
+        return (f"the server at {where} dropped the connection before its reply was whole, twice: see the server's "
+                "log (did it crash or restart?), then ask again")
+    return f"cannot reach {where} ({first_line(causes[-1], 80)}): start the server or fix OPENAI_BASE_URL in .env"
+
+
+def body_line(error: Exception) -> str:
+    """The first line of text an error's body holds: its message, or an HTML page's words."""
+    body = getattr(error, "body", None)
+    text = re.sub(r"^Error code: \d+( - )?", "", str(error)) or (body if isinstance(body, str) else
+                                                                 json.dumps(body, default=str))
+    lines = re.sub(r"(?is)<(script|style|head)\b.*?</\1>|<[^>]+>", "\n", text).splitlines()
+    return printable(next((line for line in lines if line.strip()), text), 200)
 
 
 def first_line(error: Exception, width: int = 160) -> str:
@@ -1597,7 +1771,8 @@ def demo(args: argparse.Namespace, config: Config) -> int:
 def run_demo(config: Config, log=print) -> Session:
     """The main job with no model: the demo model surveys a temporary copy of this project, and the
     report it wrote there is printed before the copy is deleted."""
-    log("[demo] No OPENAI_API_KEY or OPENAI_BASE_URL: running the offline demo." if not model_configured()
+    log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in {Path.cwd()} or {HERE}): running the "
+        "offline demo." if not model_configured()
         else "[demo] --demo: running the offline demo, not the configured model.")
     log(DEMO_SAYS)
     with demo_copy() as folder:
@@ -1613,8 +1788,9 @@ def run_demo(config: Config, log=print) -> Session:
 
 
 def finish(session: Session, answer: str, log=print) -> None:
-    log(f"[answer] {answer}\n")
-    log(sawtooth_chart(session.sent))
+    log(f"[answer] {CONTROL.sub('', answer) or EMPTY}\n")
+    if session.compactions:  # the chart shows the teeth; without a compaction there are none
+        log(sawtooth_chart(session.sent))
     n = len(session.sent)
     log(f"[done] {n} request{'s' * (n != 1)}, {session.compactions} compaction{'s' * (session.compactions != 1)}, "
         f"at most {max((m for m, _ in session.sent), default=0)} messages and "

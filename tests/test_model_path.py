@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -311,15 +312,20 @@ def bad_window(tmp_path, monkeypatch, fake_openai):
     monkeypatch.setenv("CONTEXT_WINDOW", "abc")
 
 
+def bad_summary_window(tmp_path, monkeypatch, fake_openai):
+    monkeypatch.setenv("SUMMARY_CONTEXT_WINDOW", "xyz")
+
+
 def ftp_url(tmp_path, monkeypatch, fake_openai):
     monkeypatch.setenv("OPENAI_BASE_URL", "ftp://x")
 
 
 @pytest.mark.parametrize("problem, expected", [
-    (closed_server, "cannot reach http://127.0.0.1:"),
+    (closed_server, "nothing answers at http://127.0.0.1:"),
     (missing_model, "no model 'gpt-4o-mini'"),
     (malformed_env, ".env:1: cannot read"),
     (bad_window, "CONTEXT_WINDOW='abc'"),
+    (bad_summary_window, "SUMMARY_CONTEXT_WINDOW='xyz' must be a whole number, at least 1000"),
     (ftp_url, "OPENAI_BASE_URL='ftp://x' is not a valid http:// or https:// URL"),  # reworded with the redesign
 ])
 def test_main_reports_a_problem_in_one_line(tmp_path, monkeypatch, fake_openai, capsys, problem, expected):
@@ -331,3 +337,169 @@ def test_main_reports_a_problem_in_one_line(tmp_path, monkeypatch, fake_openai, 
     assert code != 0
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
     assert "Traceback" not in out + err
+
+
+# ---- issue 29: HTTP trouble told apart, Retry-After honoured, the body's words shown -------------
+
+
+def raw_server(answer: bytes | None) -> int:
+    """A loopback port whose server reads a request, then sends `answer` (None: nothing) and closes."""
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve():
+        while True:
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.sendall(answer or b"")
+            conn.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1]
+
+
+CUT = b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"choi'  # headers, then half a body
+NOT_TLS = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.mark.parametrize("url, expected", [
+    (lambda: f"http://127.0.0.1:{closed_port()}/v1", "nothing answers at http://127.0.0.1:"),
+    (lambda: f"http://127.0.0.1:{raw_server(None)}/v1", "dropped the connection before its reply was whole"),
+    (lambda: f"http://127.0.0.1:{raw_server(CUT)}/v1", "dropped the connection"),
+    (lambda: f"https://127.0.0.1:{raw_server(NOT_TLS)}/v1", "does not speak https (it may be plain HTTP): try http://"),
+], ids=["refused", "dropped", "dropped mid-reply", "https to plain HTTP"])
+def test_refused_dropped_and_tls_to_plain_http_are_told_apart(tmp_path, monkeypatch, capsys, url, expected):
+    monkeypatch.setenv("OPENAI_BASE_URL", url())
+    code = tiny_agent.main(["Write hello.txt.", "--workspace", str(tmp_path)])
+    out, err = capsys.readouterr()
+    lines = [line for line in (out + err).strip().splitlines() if not line.startswith("[shell] ")]
+    assert code == 1 and len(lines) == 1 and expected in lines[0], out + err
+
+
+def scripted_http(httpserver, *answers):
+    """Each request to /v1/chat/completions gets the next (status, body text, headers)."""
+    from werkzeug import Response
+    left = list(answers)
+
+    def handle(request):
+        status, text, headers = left.pop(0)
+        return Response(text, status=status, headers=headers, content_type="application/json")
+    httpserver.expect_request("/v1/chat/completions").respond_with_handler(handle)
+    return httpserver.url_for("/v1")
+
+
+def ask_once(monkeypatch, base_url, log, waits, sleep=None):
+    monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+    monkeypatch.setattr(tiny_agent.time, "sleep", sleep or waits.append)
+    config = tiny_agent.load_config()
+    return tiny_agent.server_model(config, log=log.append)([{"role": "user", "content": "hi"}], [])
+
+
+def test_retry_after_is_waited_out_visibly_then_the_request_is_sent_again(httpserver, monkeypatch):
+    url = scripted_http(httpserver, (429, '{"error": {"message": "slow down"}}', {"Retry-After": "2"}),
+                        (200, json.dumps(chat_response("late but here")), {}))
+    log, waits = [], []
+    assert ask_once(monkeypatch, url, log, waits)["content"] == "late but here"
+    assert waits == [2.0] and log == ["[retry] the server asks to wait 2 s (HTTP 429): waiting, Ctrl-C cancels"]
+
+
+def test_a_retry_after_over_the_bound_is_not_waited_and_the_line_says_how_long(httpserver, monkeypatch, capsys):
+    url = scripted_http(httpserver, (429, '{"error": {"message": "quota"}}', {"Retry-After": "3600"}))
+    log, waits = [], []
+    with pytest.raises(Exception) as raised:
+        ask_once(monkeypatch, url, log, waits)
+    assert waits == [] and len(httpserver.log) == 1
+    line = tiny_agent.diagnose(raised.value, tiny_agent.load_config())
+    assert line == "the server limits requests (HTTP 429, it asks to wait 3600 s): quota; ask again later"
+
+
+def test_ctrl_c_cancels_the_wait_and_nothing_more_is_sent(httpserver, monkeypatch):
+    url = scripted_http(httpserver, (503, "{}", {"Retry-After": "5"}), (200, json.dumps(chat_response("no")), {}))
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        ask_once(monkeypatch, url, [], [], sleep=interrupted)
+    assert len(httpserver.log) == 1
+
+
+def test_a_5xx_with_an_html_body_shows_its_first_line_of_text(httpserver, monkeypatch):
+    page = "<html><head><title>x</title><style>p {}</style></head><body>\n<h1>502 Bad Gateway</h1><hr>nginx</body></html>"
+    url = scripted_http(httpserver, (502, page, {}), (502, page, {}))
+    with pytest.raises(Exception) as raised:
+        ask_once(monkeypatch, url, [], [])
+    assert tiny_agent.diagnose(raised.value, tiny_agent.load_config()) == "the server answered HTTP 502: 502 Bad Gateway"
+
+
+@pytest.mark.parametrize("given", ["/v1/chat/completions", "/v1/chat/completions/", "/v1", ""])
+def test_the_endpoint_url_is_corrected_to_its_v1(given):
+    assert tiny_agent.api_root("http://host:8080" + given) == "http://host:8080/v1"
+
+
+@pytest.mark.parametrize("called", [False, True], ids=["no tool call yet", "after a tool call"])
+def test_the_dropped_tools_line_only_while_no_tool_call_has_come_back(fake_openai, called):
+    few = {**chat_response("a guess"), "usage": {"prompt_tokens": 20, "completion_tokens": 1, "total_tokens": 21}}
+    fake_openai(lambda body: (200, few))
+    history = [SYSTEM, {"role": "user", "content": "list the files"}]
+    if called:
+        history += [{"role": "assistant", "content": "", "tool_calls": [call("c1", "bash", command="ls")]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "a.txt"}]
+    log = []
+    tiny_agent.server_model(tiny_agent.load_config(), log=log.append)(history, tiny_agent.TOOL_SCHEMAS)
+    assert [line.startswith("[tools] the server counted 20 prompt tokens") for line in log] == ([] if called else [True])
+
+
+def test_a_server_that_asks_for_max_completion_tokens_gets_it_from_then_on(fake_openai):
+    unsupported = {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                             "'max_completion_tokens' instead.", "type": "invalid_request_error",
+                             "param": "max_tokens", "code": "unsupported_parameter"}}
+    server = fake_openai(lambda body: (400, unsupported) if "max_tokens" in body else (200, chat_response("ok")))
+    model = tiny_agent.server_model(tiny_agent.load_config(), log=lambda line: None)
+    for question in ("one", "two"):
+        assert model([SYSTEM, {"role": "user", "content": question}], tiny_agent.TOOL_SCHEMAS)["content"] == "ok"
+    assert ["max_tokens" in body for body in server.requests] == [True, False, False]
+    assert server.requests[1]["max_completion_tokens"] == server.requests[2]["max_completion_tokens"] == 16_000
+
+
+def test_env_is_read_from_the_current_folder_then_from_the_agents_own_and_the_start_says_which(fake_openai, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    server = fake_openai(lambda body: (200, chat_response(f"model {body['model']}")))
+    agent, here, other = tmp_path / "agent", tmp_path / "here", tmp_path / "other"
+    for folder in (agent, here, other):
+        folder.mkdir()
+    for name in ("tiny_agent.py", "compact.py"):
+        shutil.copy(Path(tiny_agent.__file__).parent / name, agent)
+    (agent / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-the-agent\n")
+    (here / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-here\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path), "NO_PROXY": "*",
+           "PYTHONPATH": ":".join(sys.path)}
+    for cwd, model in ((other, "from-the-agent"), (here, "from-here")):
+        done = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), "--yes", "hi"], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        read = (agent if model == "from-the-agent" else here) / ".env"
+        assert f"[settings] read {read}" in done.stdout and f"model {model}" in done.stdout, done.stdout + done.stderr
+
+
+SUMMARY_PENDING = pytest.mark.xfail(strict=True, reason="issue 29: compact.py's summarizer change, applied at the merge")
+
+
+@SUMMARY_PENDING
+def test_on_another_server_the_summary_model_is_model_unless_summary_model_is_set(fake_openai, monkeypatch):
+    server = fake_openai(summaries)
+    monkeypatch.setenv("MODEL", "local-model")  # OPENAI_BASE_URL names the scripted server, not OpenAI
+    sawtooth(work(20))
+    assert [body["model"] for body in server.requests] == ["local-model"]
+
+
+@SUMMARY_PENDING
+def test_a_summary_model_the_server_does_not_have_says_once_to_set_summary_model(fake_openai, capsys):
+    fake_openai(lambda body: (404, {"error": {"message": "The model `gpt-4o-mini` does not exist",
+                                              "type": "invalid_request_error", "code": "model_not_found"}}))
+    state = CompactState()
+    for _ in range(2):
+        sawtooth(work(20), state=state, force=True)
+    err = capsys.readouterr().err
+    assert err.count("set SUMMARY_MODEL") == 1 and state.failures == 2, err

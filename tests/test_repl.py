@@ -282,14 +282,14 @@ def test_ctrl_c_while_the_model_thinks_keeps_the_session(server, terminal):
     t.send("second question")
     script.wait_for_turns(2)  # the server holds the answer: the model is "thinking"
     t.interrupt()
-    t.expect("[interrupted] the turn was stopped; the history is kept")
+    t.expect("[interrupted] the turn was stopped; the question stays in the history, marked as interrupted")
     script.release.set()
     assert "agent> THIRD-ANSWER" in t.ask("third question")
     third = messages_of(script.turns[2])
-    # the interrupted question stays in the history; outgoing() sends it and the next one as one
-    # user message, joined by a blank line (two user messages in a row are refused by strict templates)
+    # the interrupted question stays in the history, marked, never merged into the next one (issue 29)
     assert [m["content"] for m in third if m["role"] in ("user", "assistant")] == [
-        "first question", "FIRST-ANSWER", "second question\n\nthird question"]
+        "first question", "FIRST-ANSWER", "second question", "[interrupted by the user before an answer]",
+        "third question"]
     assert_valid(third)
     quit_cleanly(t)
 
@@ -374,7 +374,7 @@ def test_a_server_error_ends_the_turn_with_one_line_not_the_session(server, term
     lines = [line for line in shown.replace("\r", "\n").splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in shown, shown
-    expected = "the server answered HTTP 500" if failure == "HTTP 500" else "cannot reach"
+    expected = "the server answered HTTP 500: boom" if failure == "HTTP 500" else "nothing answers at"
     assert expected in errors[0]
     if failure == "server stopped":
         server.start()  # the same address again
@@ -427,6 +427,7 @@ def test_context_shows_tokens_by_kind_the_trigger_the_window_and_the_servers_cou
     t = terminal(script, CONTEXT_WINDOW="16000")
     before = t.ask("/context")
     assert re.search(r"\[context\] ~[\d,]+ of 16,000 tokens \(\d+%\); trigger at \d+%", before), before
+    assert "trigger at 61% (70% of the window less the 2,000 kept for the reply)" in before  # the README's 70%
     for kind in KINDS:
         assert re.search(rf"^\s*{kind}\s+[\d,]+ ", before, re.M), kind
     assert "▲ trigger" in before and "| window" in before
@@ -516,15 +517,19 @@ def test_compact_with_too_little_history_says_so(server, terminal):
 
 
 def test_strategy_switches_for_the_rest_of_the_session(server, terminal, workspace):
-    script = Script(server, [chat_response(f"ANSWER-{i}") for i in range(5)])
+    script = Script(server, answers(5))
     t = terminal(script, "--keep-recent", "2")
     long_enough(t)
     import tiny_agent
+    assert "[compact] 9 →" in t.ask("/compact")
+    before = re.search(r"\[stats\] (\d+) compaction", t.ask("/context"))[1]
     choices = t.ask("/strategy fastest")  # a design document's preset is a strategy name too
-    assert f"choose one of {', '.join(tiny_agent.STRATEGIES)}\r\n" in choices, choices
+    assert (f"[strategy] unknown strategy 'fastest'; the current one is sawtooth; choose one of "
+            f"{', '.join(tiny_agent.STRATEGIES)}\r\n") in choices, choices
     assert set(tiny_agent.STRATEGIES) >= {"sawtooth", "layered", "hybrid", "zones", "none", *compact.PRESETS}
     assert "[strategy] none from now on" in t.ask("/strategy none")
-    assert "nothing to compact yet" in t.ask("/compact")  # none never compacts, even when asked
+    assert f"[stats] {before} compaction" in t.ask("/context") and int(before) >= 1  # the statistics go on
+    assert "[compact] --strategy none never compacts" in t.ask("/compact")  # even when asked
     assert "[strategy] layered from now on" in t.ask("/strategy layered")
     assert "agent> ANSWER-4" in t.ask("one more")
     saved = json.loads(latest(records(workspace)).read_text())
@@ -631,19 +636,48 @@ DAMAGED_INSIDE = {
     "state is a string": {"strategy": "hybrid", "messages": MESSAGES, "state": "x"},
     "archive is a number": {"strategy": "hybrid", "messages": MESSAGES, "state": None, "archive": 5},
     "a message with an unknown role": {"strategy": "hybrid", "messages": [{"role": "wizard", "content": "x"}]},
+    "tool_calls as a string": {"messages": [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": "bash"}]},
+    "a call without an id": {"messages": [*MESSAGES, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": "{}"}}]}]},
+    "a tool result without its call's id": {"messages": [*MESSAGES, {"role": "tool", "content": "x"}]},
+    "an unknown strategy": {"strategy": "bogus", "messages": MESSAGES},
+    "a strategy given as a number": {"strategy": 5, "messages": MESSAGES},
+    "a state with wrong types": {"strategy": "sawtooth", "messages": MESSAGES, "state": {"compactions": "3"}},
+    "pinned constraints that are not text": {"strategy": "hybrid", "messages": MESSAGES, "state": {"pinned": [1]}},
 }
+WHAT = {"not JSON": "Expecting", "a list": "not an object", "no messages": "must be a list",
+        "tool_calls as a string": "message 2", "a call without an id": "message 2", "an unknown strategy": "'bogus'",
+        "a strategy given as a number": "unknown strategy 5", "a state with wrong types": "'compactions' is a str",
+        "pinned constraints that are not text": "'pinned'"}
 @pytest.mark.parametrize("damage", [
     *[pytest.param(DAMAGED[name], id=name) for name in DAMAGED],
     *[pytest.param(json.dumps({"version": 1, **DAMAGED_INSIDE[name]}).encode(), id=name) for name in DAMAGED_INSIDE]])
-def test_a_damaged_session_file_gets_one_line_and_is_left_untouched(server, tmp_path, workspace, damage):
+def test_a_damaged_session_file_gets_one_line_and_is_left_untouched(server, tmp_path, workspace, damage, request):
     script = Script(server)
     folder = records(workspace)
     (folder / "session.json").write_bytes(damage)
     result = run_agent(["--workspace", str(workspace), "--strategy", "hybrid", "--resume", "go on"],
                        agent_env(script.base_url), tmp_path / "cwd")
-    assert_one_line_error(result, "session.json is damaged and was left untouched")
+    line = assert_one_line_error(result, "session.json is damaged and was left untouched", "move it away")
+    assert WHAT.get(request.node.callspec.id, "") in line  # names what is wrong
     assert (folder / "session.json").read_bytes() == damage
     assert script.turns == []
+
+
+def test_a_session_file_that_is_a_folder_gets_one_line_and_is_left_there(server, tmp_path, workspace):
+    script = Script(server)
+    (records(workspace) / "session.json").mkdir()
+    result = run_agent(["--workspace", str(workspace), "--resume", "go on"], agent_env(script.base_url), tmp_path / "cwd")
+    assert_one_line_error(result, "session.json is damaged and was left untouched", "Is a directory")
+    assert (records(workspace) / "session.json").is_dir() and script.turns == []
+
+
+def test_a_saved_session_without_messages_resumes_with_the_system_prompt(server, tmp_path, workspace):
+    script = Script(server, [chat_response("ANSWER")])
+    (records(workspace) / "session.json").write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": []}))
+    result = run_agent(["--workspace", str(workspace), "--resume", "go on"], agent_env(script.base_url), tmp_path / "cwd")
+    assert result.returncode == 0 and "ANSWER" in result.stdout, result.stderr
+    assert [m["role"] for m in messages_of(script.turns[0])] == ["system", "user"]
 
 
 def test_resume_without_a_saved_session_says_so(server, tmp_path, workspace):
@@ -743,3 +777,57 @@ def test_a_ctrl_c_while_the_tool_line_is_printed_still_answers_every_call(tmp_pa
         tiny_agent.run(session, "first", model, Workspace(tmp_path, sandbox=False), log)
     # what the REPL's turn() leaves before the next question
     assert_valid(session.messages + [{"role": "user", "content": "second"}])
+
+
+# --- Issue 29: questions from a pipe, as from a terminal -------------------------------------
+
+
+def piped(args: list[str], text: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(AGENT), *args], env=env, cwd=cwd, input=text, capture_output=True,
+                          text=True, timeout=DEADLINE)
+
+
+def test_questions_piped_into_the_repl_are_answered_one_a_line(server, tmp_path, workspace):
+    script = Script(server, [chat_response("FIRST-ANSWER"), chat_response("SECOND-ANSWER")])
+    result = piped(["--workspace", str(workspace)], "hello\nsecond\n", agent_env(script.base_url), tmp_path / "cwd")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "agent> FIRST-ANSWER" in result.stdout and "agent> SECOND-ANSWER" in result.stdout
+    assert [m["content"] for m in messages_of(script.turns[1])[1:]] == ["hello", "FIRST-ANSWER", "second"]
+
+
+def test_questions_piped_into_the_demo_repl_are_answered_one_a_line(tmp_path, workspace):
+    result = piped(["--demo", "--repl"], "hello\nsecond\n", agent_env(), tmp_path / "cwd")
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.count("agent> [demo model] Surveyed") == 2
+
+
+def test_a_line_that_starts_with_a_slash_but_is_no_command_is_a_question(server, terminal):
+    script = Script(server, [chat_response("ABOUT-THE-PATH")])
+    t = terminal(script)
+    shown = t.ask("/usr/bin/python3 says: No module named foo")
+    assert "[repl] /usr/bin/python3 is not a command: sent as a question" in shown and "agent> ABOUT-THE-PATH" in shown
+    assert messages_of(script.turns[0])[-1]["content"] == "/usr/bin/python3 says: No module named foo"
+    assert "unknown command /hlep" in t.ask("/hlep") and len(script.turns) == 1  # a one-word typo is asked about
+    t.send("/tmp/build.log:3: error: x\nwhat does this mean?")  # a paste: its first line is no command
+    t.expect("[repl] /tmp/build.log:3: is not a command: sent as a question")
+    t.expect("agent> ")
+    assert messages_of(script.turns[1])[-1]["content"] == "/tmp/build.log:3: error: x\nwhat does this mean?"
+    quit_cleanly(t)
+
+
+def test_an_empty_answer_says_so_and_escape_sequences_do_not_reach_the_terminal(server, terminal):
+    script = Script(server, [chat_response(""), chat_response("\x1b[2J\x1b]0;pwned\x07RED\x1b[0m")])
+    t = terminal(script)
+    assert "agent> (the model's answer was empty)" in t.ask("first")
+    shown = t.ask("second")
+    assert "agent> [2J]0;pwnedRED[0m" in shown and "\x1b" not in shown.split("agent> ")[-1]
+    quit_cleanly(t)
+
+
+def test_a_one_request_task_prints_no_chart_and_the_iteration_limit_exits_non_zero(server, tmp_path, workspace):
+    script = Script(server, [chat_response("DONE"), chat_response(tool_calls=[tool_call("c1", "bash", command="true")])])
+    done = run_agent(["--workspace", str(workspace), "a task"], agent_env(script.base_url), tmp_path / "cwd")
+    assert done.returncode == 0 and "[answer] DONE" in done.stdout and "┤" not in done.stdout, done.stdout
+    limited = run_agent(["--workspace", str(workspace), "--max-iterations", "1", "a task"], agent_env(script.base_url),
+                        tmp_path / "cwd")
+    assert limited.returncode == 3 and "--max-iterations raises the limit" in limited.stdout

@@ -100,10 +100,8 @@ def test_the_rule_server_refuses_a_tool_turn_without_its_reasoning_even_after_a_
 
 
 def test_replies_keep_their_reasoning_and_requests_send_it_back_unless_told_not_to():
-    class Reply:  # the shape of the openai client's message, with the server's extra field
-        content, tool_calls = None, None
-        model_extra = {"reasoning_content": "thinking..."}
-    kept = tiny_agent.assistant_message(Reply())
+    reply = {"role": "assistant", "content": None, "reasoning_content": "thinking..."}  # the server's extra field
+    kept = tiny_agent.assistant_message(reply)
     assert kept == {"role": "assistant", "content": "", "reasoning_content": "thinking..."}
     assert tiny_agent.outgoing([kept])[0]["reasoning_content"] == "thinking..."
     assert "reasoning_content" not in tiny_agent.outgoing([kept], send_reasoning=False)[0]
