@@ -358,6 +358,9 @@ OVERFLOW = re.compile("|".join([
     r"is longer than the maximum model length|maximum model length",  # vLLM
     r"Range of input length should be",  # DashScope (Qwen)
     r"context length|n_ctx|too long for the context|exceeds the context",  # LM Studio, Ollama
+    r"input token count .{0,40}exceeds the maximum number of tokens",  # Gemini (OpenAI-compatible)
+    r"`inputs` tokens \+ `max_new_tokens` must be <=|`inputs` must have less than \d+ tokens",  # TGI
+    r"reduce the length of the messages",  # Groq's message, also without its code
 ]), re.I)
 
 
@@ -368,7 +371,8 @@ def is_context_overflow(error: Exception) -> bool:
     return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
 # The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
 COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
-                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens")
+                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens"
+                     r"|input token count \((\d+)\)|Given: (\d+) `inputs` tokens|less than \d+ tokens\. Given: (\d+)")
 
 
 def refused_size(error: Exception) -> int | None:
@@ -870,6 +874,13 @@ def model_configured() -> bool:
     return bool(os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"))
 
 
+def summary_model() -> str:
+    """SUMMARY_MODEL; else MODEL when OPENAI_BASE_URL names a server other than OpenAI's (it has no
+    gpt-4o-mini); else the cheap OpenAI model."""
+    other = "api.openai.com" not in (os.environ.get("OPENAI_BASE_URL") or "api.openai.com")
+    return os.environ.get("SUMMARY_MODEL") or (other and os.environ.get("MODEL")) or SUMMARY_MODEL
+
+
 def summary_window() -> int:
     """The summary model's context window: SUMMARY_CONTEXT_WINDOW, else CONTEXT_WINDOW."""
     value = os.environ.get("SUMMARY_CONTEXT_WINDOW") or os.environ.get("CONTEXT_WINDOW") or ""
@@ -890,7 +901,7 @@ def summarize_with_model(messages: list[dict], focus: str | None = None, *, clie
         try:
             for chunk in transcript_chunks([m for m in messages if not is_summary(m)], room):
                 response = (client or make_client()).chat.completions.create(
-                    model=model or os.environ.get("SUMMARY_MODEL") or SUMMARY_MODEL, max_tokens=answer,
+                    model=model or summary_model(), max_tokens=answer,
                     messages=summary_request(summary, chunk, focus), temperature=0.1)
                 summary = (response.choices[0].message.content or "").strip()
             return summary
@@ -1170,12 +1181,15 @@ class SummaryGuard:
                                  self.max_tokens)
         except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
             self.failures += 1
-            self.last_error = f"{type(error).__name__}: {str(error)[:160]}"
+            said = self.last_error + (self.state.last_error if self.state is not None else "")
+            reason, hint = f"{type(error).__name__}: {str(error)[:160]}", ""
+            if getattr(error, "status_code", 0) == 404 and "model" in str(error).lower() and "SUMMARY_MODEL" not in said:
+                hint = f"; the server has no model {summary_model()!r}: set SUMMARY_MODEL in .env"  # said once
+            self.last_error = reason + hint
             self.failed_at.append(time.time())
             if self.state is not None:
                 self.state.failures, self.state.last_error = self.state.failures + 1, self.last_error
-            print(f"[compact] the summarizer failed ({self.last_error[:120]}); using the offline summary",
-                  file=sys.stderr)
+            print(f"[compact] the summarizer failed ({reason[:120]}){hint}; using the offline summary", file=sys.stderr)
             if self.failures >= self.max_failures:
                 self.failures, self.skip = 0, self.cooldown
             return offline(messages, focus)
@@ -2225,7 +2239,7 @@ def summarize_tool_output(call: dict, output: str, max_tokens: int = 2_000, *, c
     import openai
     try:
         response = (client or make_client()).chat.completions.create(
-            model=os.environ.get("SUMMARY_MODEL") or SUMMARY_MODEL, temperature=0.1,
+            model=summary_model(), temperature=0.1,
             messages=[{"role": "system", "content": TOOL_OUTPUT_PROMPT},
                       {"role": "user",
                        "content": f"Output of {describe_call(call)}:\n{snip_text(output, 2_000, 60_000)}"}])

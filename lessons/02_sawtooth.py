@@ -43,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # compact.py and tiny_agent.py
 
-from dotenv import find_dotenv, load_dotenv  # noqa: E402  python-dotenv, as tiny_agent.py reads .env
+from dotenv import find_dotenv, load_dotenv  # noqa: E402  python-dotenv: the .env of this folder or one above it
 from compact import KEEP_RECENT, SUMMARY_TAG, THRESHOLD, find_cut, summarize, summary_message  # noqa: E402
 from tiny_agent import SYSTEM_PROMPT, Session, Workspace, run, tutorial_compaction  # noqa: E402
 

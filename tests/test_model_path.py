@@ -483,10 +483,10 @@ def test_env_is_read_from_the_current_folder_then_from_the_agents_own_and_the_st
         assert f"[settings] read {read}" in done.stdout and f"model {model}" in done.stdout, done.stdout + done.stderr
 
 
-SUMMARY_PENDING = pytest.mark.xfail(strict=True, reason="issue 29: compact.py's summarizer change, applied at the merge")
 
 
-@SUMMARY_PENDING
+
+
 def test_on_another_server_the_summary_model_is_model_unless_summary_model_is_set(fake_openai, monkeypatch):
     server = fake_openai(summaries)
     monkeypatch.setenv("MODEL", "local-model")  # OPENAI_BASE_URL names the scripted server, not OpenAI
@@ -494,7 +494,7 @@ def test_on_another_server_the_summary_model_is_model_unless_summary_model_is_se
     assert [body["model"] for body in server.requests] == ["local-model"]
 
 
-@SUMMARY_PENDING
+
 def test_a_summary_model_the_server_does_not_have_says_once_to_set_summary_model(fake_openai, capsys):
     fake_openai(lambda body: (404, {"error": {"message": "The model `gpt-4o-mini` does not exist",
                                               "type": "invalid_request_error", "code": "model_not_found"}}))

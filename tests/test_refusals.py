@@ -129,7 +129,7 @@ def test_assistant_text_goes_out_as_a_string_never_null_and_tools_with_tool_choi
 
 # Issue 29: four wordings compact.OVERFLOW / COUNTED do not read yet. The change is compact.py's
 # (its owner applies it at the merge, then removes the xfail); the text is each server's own.
-PENDING = pytest.mark.xfail(strict=True, reason="issue 29: compact.OVERFLOW and COUNTED need the four wordings")
+
 UNREAD = {  # server -> (status, body, the size the refusal names)
     # google-gemini/gemini-cli #4118, #11507, #6678: Gemini's OpenAI-compatible endpoint
     "Gemini (OpenAI-compatible)": (400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
@@ -148,7 +148,7 @@ UNREAD = {  # server -> (status, body, the size the refusal names)
 }
 
 
-@PENDING
+
 @pytest.mark.parametrize("server", UNREAD)
 def test_the_four_unread_wordings_are_recognised_with_their_size(httpserver, server):
     import compact
