@@ -5,11 +5,13 @@ a request one of them refuses fails the test at teardown, as a strict server wou
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
 import json
 import socket
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -205,6 +207,22 @@ def lesson_command(lesson: str, *args: str) -> list[str]:
 def cpu_seconds(stderr: str) -> float:
     """The CPU time a lesson run by lesson_command reported."""
     return float(stderr.rstrip().rsplit("[cpu] ", 1)[1])
+
+
+def once_per_run(name: str, produce):
+    """What produce() returns (JSON data), made once per test run however many pytest-xdist workers
+    ask: the first makes it under a lock and writes it where the others read it."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:  # one process: nothing to share
+        return produce()
+    folder = Path(tempfile.gettempdir()) / f"tiny-agent-tests-{run}"
+    folder.mkdir(exist_ok=True)
+    with open(folder / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = folder / f"{name}.json"
+        if not made.exists():
+            made.write_text(json.dumps(produce()), encoding="utf-8")
+        return json.loads(made.read_text(encoding="utf-8"))
 
 
 def offline_env(**extra: str) -> dict:

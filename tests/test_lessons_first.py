@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import chat_response, cpu_seconds, lesson_command, offline_env
+from conftest import chat_response, cpu_seconds, lesson_command, offline_env, once_per_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,11 +98,16 @@ def finish(process: subprocess.Popen) -> tuple[int, str, str]:
     return process.returncode, stdout, stderr
 
 
-@pytest.fixture(scope="module")
-def runs() -> dict[str, tuple[int, str, str]]:
+def run_all() -> dict[str, tuple[int, str, str]]:
     """Every lesson once, all at the same time, so the file takes as long as the slowest lesson."""
     processes = {lesson: start(lesson, offline_env()) for lesson in MARKERS}
     return {lesson: finish(process) for lesson, process in processes.items()}
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, list]:
+    """{lesson: [exit code, stdout, stderr]}, run once for every worker of the test run."""
+    return once_per_run("lessons-first", run_all)
 
 
 @pytest.mark.parametrize("lesson", MARKERS)

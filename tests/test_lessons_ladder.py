@@ -11,31 +11,35 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cpu_seconds, lesson_command, offline_env
+from conftest import cpu_seconds, lesson_command, offline_env, once_per_run
 from test_lessons_first import GUIDES, LESSON_RATIO, unquoted
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@functools.cache
-def started() -> dict[str, subprocess.Popen]:
-    """Start every lesson at once, the way the README runs them, with no model configured.
-    They run in parallel because each one spends a second loading the tokenizer."""
+def run_all() -> dict[str, list]:
+    """Every lesson at once, the way the README runs them, with no model configured: {lesson: [exit
+    code, stdout, stderr]}. They run in parallel because each spends a second loading the tokenizer."""
     env = offline_env()
-    return {name: subprocess.Popen(lesson_command(name), cwd=ROOT, env=env, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            for name in FILENAMES}
+    started = {name: subprocess.Popen(lesson_command(name), cwd=ROOT, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for name in FILENAMES}
+    done = {}
+    for name, process in started.items():
+        try:
+            stdout, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        done[name] = [process.returncode, stdout, stderr]
+    return done
 
 
 @functools.cache
 def run_lesson(filename: str) -> subprocess.CompletedProcess:
-    process = started()[filename]
-    try:
-        stdout, stderr = process.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    """One lesson's run; every lesson runs once for every worker of the test run."""
+    code, stdout, stderr = once_per_run("lessons-ladder", run_all)[filename]
+    return subprocess.CompletedProcess(["lessons/" + filename], code, stdout, stderr)
 
 
 def found(pattern, text: str) -> bool:

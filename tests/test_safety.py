@@ -501,14 +501,17 @@ def test_the_model_cannot_change_dotenv_without_being_asked(tmp_path, monkeypatc
         assert (root / ".env").read_text() == "OPENAI_BASE_URL=http://127.0.0.1:1/v1\n"
 
 
+# The peak is VmHWM, this process's own high-water mark: ru_maxrss carries over the parent's peak
+# across fork and exec on Linux, so a test worker that grew large would be measured instead.
 MEASURED = """
-import json, resource, sys
+import json, re, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 import tiny_agent
 ws = tiny_agent.Workspace(Path(sys.argv[1]), approve=lambda question: "y", sandbox=False)
 result = tiny_agent.run_tool(ws, sys.argv[2], sys.argv[3])
-print(json.dumps({{"result": result, "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}}))
+peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text())[1])
+print(json.dumps({{"result": result, "max_rss_kb": peak}}))
 """
 
 
