@@ -39,6 +39,15 @@ def agent(workspace: Path, base_url: str, model: str, *args: str, **env: str) ->
                           stdin=subprocess.DEVNULL)
 
 
+LIMIT = "--max-iterations raises the limit"  # the line of a run that reached its model calls
+
+
+def finished(done: subprocess.CompletedProcess) -> bool:
+    """The run ended without an error: an answer (exit 0), or the iteration limit a tiny model
+    reaches (exit 3, with the line that names --max-iterations)."""
+    return done.returncode == 0 or (done.returncode == 3 and LIMIT in done.stdout + done.stderr)
+
+
 def test_the_first_request_is_estimated_within_15_percent_of_the_servers_count(live_base_url, live_model,
                                                                                    monkeypatch):
     """llama-cpp-python only: it renders the schemas. llama-server with SmolLM2's template renders
@@ -59,7 +68,7 @@ def test_the_first_request_is_estimated_within_15_percent_of_the_servers_count(l
 def test_the_agent_runs_a_many_tool_task_through_compactions(workspace, live_base_url, live_model, strategy):
     done = agent(workspace, live_base_url, live_model, TASK, "--strategy", strategy, "--max-iterations", "16")
     output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3_000:]
+    assert finished(done), output[-3_000:]
     assert "Traceback" not in output and "error:" not in done.stderr, output[-3_000:]
     assert "[compact]" in output, output[-3_000:]  # at least one compaction happened
     assert output.count("[tool]") >= 4  # the loop went on through many calls
@@ -73,7 +82,7 @@ def test_a_refusal_by_the_server_is_recovered_and_the_loop_goes_on(workspace, sm
     done = agent(workspace, smollm2_server.url, smollm2_server.model, f"{TASK} My notes: {notes}",
                  "--max-iterations", "6", CONTEXT_WINDOW="8192", MAX_OUTPUT_TOKENS="256")
     output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-3_000:]
+    assert finished(done), output[-3_000:]
     assert "the server refused the request as too long" in output, output[-3_000:]
     after = output.split("the server refused the request as too long", 1)[1]
     assert "[compact]" in after, output[-3_000:]  # it compacted...
