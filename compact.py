@@ -1257,20 +1257,21 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
     cut = find_cut_within(kept, keep_recent, head, max_tokens)
     if not (force or (due and size > state.floor)) or cut <= head:
         return _archived(messages, kept, archive, state, force)
-    if archive is not None:  # before the summarizer: a crash or a hang inside it loses nothing
-        archive.append(leaving(messages, kept[:head] + precise_messages(kept[head:cut], precise_tools) + kept[cut:]),
-                       state.compactions + 1)
     held = precise_messages(kept[head:cut], precise_tools)  # they stay as they are, after the summary
+    stays = kept[:head] + held + kept[cut:]
+    if archive is not None:  # before the summarizer: a crash or a hang inside it loses nothing
+        archive.append(leaving(messages, stays), state.compactions + 1)
     room = int(PIN_SHARE * max_tokens) if max_tokens else SUMMARY_TOKENS
 
     def summary_of(middle: list[dict]) -> str:
         text = guard(middle, focus)
         return with_notes(replaced_line(middle, state) + "\n" + text,
-                          user_notes(state, kept[:head] + held + kept[cut:], room, archive is not None))
-    base = [m for m in kept if id(m) not in {id(h) for h in held}]
+                          user_notes(state, stays, room, archive is not None))
+    held_ids = {id(h) for h in held}
+    base = [m for m in kept if id(m) not in held_ids]
     if len(base) - (len(kept) - cut) <= head:
         return _archived(kept, kept, archive, state, force)  # already archived; the whole middle is precise: nothing to summarize
-    carry_user_words(state, kept, kept[:head] + held + kept[cut:])
+    carry_user_words(state, kept, stays)
     out = compact_messages(base, summary_of, threshold=-1, keep_recent=len(kept) - cut)
     out[head + 1:head + 1] = held
     if out[head + 1:head + 2] and out[head + 1].get("role") == "user":

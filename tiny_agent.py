@@ -1203,30 +1203,31 @@ def saved_sessions(folder: Path) -> list[Path]:
     return sorted(folder.glob("session*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 
-def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None, int | None]:
-    """This run's own session file (never one saved before), the saved session to continue, and a
-    lock on the records; one line when a saved session is not continued or another agent holds it."""
+def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None]:
+    """This run's own session file (never one saved before) and the saved session to continue; a
+    lock on the records, held until the process exits (its descriptor is never closed); one line
+    when a saved session is not continued or another agent holds the lock."""
     lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock)
-        lock = None
         print("[session] another agent is using this workspace's session: this run is saved in a file of its own")
     saved = read_session(folder) if resume else None
-    earlier = saved_sessions(folder)
-    if earlier and not resume:
+    earlier = [] if resume else saved_sessions(folder)
+    if earlier:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[-1].stat().st_mtime))
         print(f"[session] this workspace has a session saved at {when}: it is kept, and --resume continues it")
-    return folder / f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", saved, lock
+    return folder / f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", saved
 
 
 def read_session(folder: Path) -> dict:
     """The session saved last, checked through before anything uses it; a damaged file gets one
     line naming the file and what is wrong, and is left as it is."""
-    if not saved_sessions(folder):
+    sessions = saved_sessions(folder)
+    if not sessions:
         raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
-    path = saved_sessions(folder)[-1]
+    path = sessions[-1]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
@@ -1494,7 +1495,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = records_folder(workspace)
         ws = Workspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal, protected=(folder,),
                        timeout=config.bash_timeout)
-        path, saved, lock = start_records(folder, args.resume)  # the lock is held while main runs
+        path, saved = start_records(folder, args.resume)
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
@@ -1755,7 +1756,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
     with demo_copy() as folder:
         ws = Workspace(folder)
         records = records_folder(HERE, label="demo")
-        path, saved, lock = start_records(records, args.resume)  # the lock is held while it runs
+        path, saved = start_records(records, args.resume)
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])
         session = new_session(config, summarize_offline, archive_dir=records / "archive", ws=ws)
