@@ -29,7 +29,8 @@ What changed since lesson 14: nothing new in compact.py; this lesson measures al
 lesson 16's presets and cache-first batching included.
 Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 ../shared/trajectories/*.jsonl --limit 20 (--recorded-windows 8000 16000 for other windows than 16k,
-32k and 64k); --json | python -m json.tool; --plot tokens.png;
+32k and 64k); --json | python -m json.tool (--json results.json prints the tables and saves the JSON);
+--plot tokens.png;
 --linearity (the ladder's time from 10,000 to 50,000 messages instead of 2,000 to 10,000, about half a
 minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
@@ -69,7 +70,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the windows the recorded runs are replayed at")
     parser.add_argument("--limit", type=int, help="replay only the first N runs of each file")
     parser.add_argument("--cached-rate", type=float, default=0.1, help="cached input price / input price")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON only")
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                        help="print the results as JSON only; with FILE, print the tables and save the JSON there")
     parser.add_argument("--plot", metavar="PNG", help="save a chart of tokens per turn (needs matplotlib)")
     parser.add_argument("--linearity", action="store_true",
                         help="time the layered compactor at 10,000, 20,000 and 50,000 messages")
@@ -192,8 +194,11 @@ def main(argv=None) -> None:
     results["seconds"]["total"] = elapsed
     if args.json:
         results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
-        print(json.dumps(results, indent=1))
-        return
+        if args.json == "-":
+            print(json.dumps(results, indent=1))
+            return
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
     ladder = "the guard's model" if benchmark.LADDER_SUMMARIZE is None else benchmark.LADDER_SUMMARIZE.__name__
     print(f"[setup] window {args.window:,} tokens (reserved output {args.window // 4:,}); seeds {args.seeds}; "
           f"cached input billed at {args.cached_rate:.0%} of the input price")

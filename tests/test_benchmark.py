@@ -7,6 +7,7 @@ runs when they are there."""
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib.util
 import json
@@ -234,9 +235,17 @@ def test_a_constraint_naming_a_file_is_pinned_verbatim():
     assert any("Do not modify deploy.sh." in c for c in find_constraints([said]))
 
 
-def test_the_lesson_prints_its_tables_chart_and_targets_and_draws_the_png(tmp_path):
-    png = tmp_path / "tokens.png"
-    result = run_lesson(*SMALL_ARGS, "--plot", str(png))
+@pytest.fixture(scope="module")
+def lesson_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """One small run of the lesson with every output: its tables, the chart's PNG and the JSON file
+    (the timings take most of a run, so the tests below share one)."""
+    folder = tmp_path_factory.mktemp("lesson_15")
+    png, data = folder / "tokens.png", folder / "results.json"
+    return run_lesson(*SMALL_ARGS, "--plot", str(png), "--json", str(data)), png, data
+
+
+def test_the_lesson_prints_its_tables_chart_and_targets_and_draws_the_png(lesson_run):
+    result, png, _ = lesson_run
     assert result.returncode == 0, result.stderr
     for marker in ("[setup] window 8,000 tokens", "kept at the end", "next ids  values   words",
                    "Tokens sent at each turn", "=== Cache first", "cache-first 2,000", "mask every call", *PRESETS,
@@ -250,15 +259,25 @@ def test_the_lesson_prints_its_tables_chart_and_targets_and_draws_the_png(tmp_pa
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_lesson_json_output_holds_every_figure_its_targets_judge():
-    result = run_lesson(*SMALL_ARGS, "--json")
+def test_the_lesson_json_output_holds_every_figure_its_targets_judge(lesson_run):
+    result, _, saved = lesson_run
     assert result.returncode == 0, result.stderr
-    data = json.loads(result.stdout)
+    data = json.loads(saved.read_text(encoding="utf-8"))
     assert data["window"] == 8_000 and set(data["generated"]) == {"30"}
     printed = [(t["passed"], t["target"]) for t in data["targets"]]
     assert printed == benchmark.check_targets(data)  # the JSON alone gives the same verdicts
     assert all(isinstance(passed, bool) or "not run" in text or "not judged" in text for passed, text in printed)
     assert set(data["seconds"]) >= {"generated", "total"} and "recorded" not in data["seconds"]
+    for passed, text in printed:  # the run's text says the same verdicts
+        assert f"{'SKIP' if passed is None else 'PASS' if passed else 'FAIL'}  {text}" in result.stdout
+
+
+def test_bare_json_prints_the_json_alone(small, monkeypatch, capsys):
+    module = lesson_module()
+    monkeypatch.setattr(module, "run_benchmark", lambda *args, **kwargs: copy.deepcopy(small))
+    module.main([*SMALL_ARGS, "--json"])
+    data = json.loads(capsys.readouterr().out)  # nothing but the JSON
+    assert set(data["generated"]) == {"30"} and data["targets"]
 
 
 def lesson_module():

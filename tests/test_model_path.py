@@ -14,7 +14,7 @@ import compact
 import tiny_agent
 from compact import (CompactState, replaced_line, sawtooth, with_notes, find_problems, is_summary, summarize_offline, summarize_with_model,
                      summary_message)
-from conftest import chat_response
+from conftest import DEFAULT_INSTALL, chat_response
 from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
 
 SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}
@@ -475,7 +475,7 @@ def test_env_is_read_from_the_current_folder_then_from_the_agents_own_and_the_st
     (agent / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-the-agent\n")
     (here / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-here\n")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path), "NO_PROXY": "*",
-           "PYTHONPATH": ":".join(sys.path)}
+           "PYTHONPATH": ":".join([DEFAULT_INSTALL, *sys.path])}
     for cwd, model in ((other, "from-the-agent"), (here, "from-here")):
         done = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), "--yes", "hi"], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
@@ -483,16 +483,11 @@ def test_env_is_read_from_the_current_folder_then_from_the_agents_own_and_the_st
         assert f"[settings] read {read}" in done.stdout and f"model {model}" in done.stdout, done.stdout + done.stderr
 
 
-
-
-
-
 def test_on_another_server_the_summary_model_is_model_unless_summary_model_is_set(fake_openai, monkeypatch):
     server = fake_openai(summaries)
     monkeypatch.setenv("MODEL", "local-model")  # OPENAI_BASE_URL names the scripted server, not OpenAI
     sawtooth(work(20))
     assert [body["model"] for body in server.requests] == ["local-model"]
-
 
 
 def test_a_summary_model_the_server_does_not_have_says_once_to_set_summary_model(fake_openai, capsys):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import chat_response
+from conftest import TOKENS_EXTRA, chat_response
 from test_repl import (AGENT, DEADLINE, SUMMARY, Script, Terminal, agent_env, answers,  # noqa: F401
                        assert_one_line_error, assert_valid, latest, long_enough, messages_of, quit_cleanly, records,
                        run_agent, server, state, terminal, tool_call, wait_until, workspace)
@@ -426,7 +426,7 @@ def meter_total(meter: str) -> int:
 @pytest.mark.parametrize("strategy", ["sawtooth", "layered"])
 def test_context_after_a_compaction_shows_the_history_after_it_and_the_stats(server, terminal, workspace, strategy):
     script = Script(server, answers(4))
-    t = terminal(script, "--strategy", strategy, "--keep-recent", "2")
+    t = terminal(script, "--strategy", strategy, "--keep-recent", "2", **TOKENS_EXTRA)  # counts as this test does
     long_enough(t)
     before = t.ask("/context")
     assert re.search(r"\[compact\] 9 → \d+ messages", t.ask("/compact"))
@@ -478,7 +478,7 @@ def test_the_demo_repl_runs_keylessly_and_resume_continues_it(tty):
     saved = json.loads(latest(demo_records).read_text())
     n = len(saved["messages"])
     assert n > 2 and saved["state"]["compactions"] >= 1
-    again = tty(["--demo", "--repl", "--resume"], agent_env())
+    again = tty(["--demo", "--repl", "--resume"], agent_env(**TOKENS_EXTRA))  # counts as this test does
     again.expect(f"[resume] {n} messages")
     meter = again.ask("/context")
     total = tiny_agent.SCHEMA_TOKENS + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
