@@ -1221,6 +1221,7 @@ class CompactState:
     latest: str = ""  # the user's latest request, verbatim
     pinned: list[str] = field(default_factory=list)  # every rule the user typed, verbatim
     recent_files: list[str] = field(default_factory=list)  # the last files the agent used, newest last
+    window: int = 0  # tokens: the window a server's refusal named when smaller than the configured one
     report: list[tuple[str, int, int, float]] = field(default_factory=list)  # the last compaction's
     # steps: (name, tokens before, tokens after, seconds)
 
@@ -1387,9 +1388,9 @@ SNIP_HEAD, SNIP_TAIL = 40, 40  # lines a snipped output keeps
 
 
 def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HEAD, tail=SNIP_TAIL,
-                      unseen_max=None):
+                      unseen_max=None, unseen_limit="the limit for one new output"):
     """Snip every tool result over `max_tokens` to its head and tail. The newest, unseen batch is
-    cut only past `unseen_max`, and then the cut says so (lesson 06)."""
+    cut only past `unseen_max`, and then the cut says so and names the limit (lesson 06)."""
     pairs, unseen = pair_tool_results(messages), newest_batch(messages)
     out = list(messages)
     for i, call in pairs.items():
@@ -1398,7 +1399,7 @@ def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HE
             continue
         snipped = snip_text(text, max_lines=head + tail, max_chars=limit * 3, head=head)
         if i in unseen:
-            snipped = "[this output alone would not fit the window, so it was cut]\n" + snipped
+            snipped = f"[this output alone is over ~{limit:,} tokens, {unseen_limit}, so it was cut]\n" + snipped
         out[i] = _with_content(messages[i], snipped)
     return out
 
@@ -1896,7 +1897,8 @@ class Compactor:
 
     @property
     def budget(self) -> Budget:
-        return Budget(self.context_window, self.reserved_output, self.trigger, self.target,
+        return Budget(min(self.context_window, self.state.window or self.context_window), self.reserved_output,
+                      self.trigger, self.target,
                       self.fixed_tokens, self.margin)
 
     @property
@@ -1981,8 +1983,8 @@ class Compactor:
             "reasoning": (lambda m, run: drop_old_reasoning(m), False),
             "merge": (lambda m, run: merge_same_role(m), False),
             "mask": (lambda m, run: mask_old_tool_results(m, self.keep_last_results, self.precise_tools), False),
-            "snip": (lambda m, run: snip_long_outputs(m, snip_max, self.precise_tools, self.snip_head,
-                                                      self.snip_tail, unseen_max), True),
+            "snip": (lambda m, run: snip_long_outputs(m, snip_max, self.precise_tools, self.snip_head, self.snip_tail,
+                                                      unseen_max, "what a compaction leaves the whole history"), True),
             "clear": (lambda m, run: clear_tool_results(m, self.intermediate_tools), False),
             "dedupe": (lambda m, run: dedupe_tool_results(m, self.precise_tools), False),
             "shorten": (lambda m, run: shorten_tool_arguments(m, keep_last=self.keep_last_results), True),
@@ -2132,7 +2134,8 @@ class Compactor:
             self.state.summary = self.state.summary.rstrip() + "\n\n" + offline(fresh, run.focus)
         self.remember(messages, system + turn)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
-        cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max),
+        cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max,
+                                                       unseen_limit="what the last resort keeps of one output"),
                                      keep_last=0)
         turn = [t if any(t is h for h in held) else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
         ack = [ACK] if turn and turn[0].get("role") == "user" else []

@@ -931,9 +931,10 @@ def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | 
     count as the truth about size, and the archive written before the summarizer runs."""
     state = CompactState()
     guard = SummaryGuard(summarize, state=state)  # one for the session: it waits after failures in a row
-    limit = int(TRIGGER * (config.context_window - config.reserved_output)) - SCHEMA_TOKENS  # the messages' share
 
     def fit(messages, focus=None, level=0, usage=None):
+        window = min(config.context_window, state.window or config.context_window)  # a refusal may name less
+        limit = int(TRIGGER * (window - config.reserved_output)) - SCHEMA_TOKENS  # the messages' share
         tokens = request_tokens(messages, usage) - SCHEMA_TOKENS
         with waiting(label="compacting"):
             return sawtooth(messages, guard, threshold=config.threshold, keep_recent=1 if level >= 2 else
@@ -951,20 +952,19 @@ STRATEGIES: dict[str, Callable[..., Compaction]] = {"sawtooth": sawtooth_compact
 
 
 def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
-                    ws: Workspace | None = None) -> Compaction:
+                    ws: Workspace | None = None, log=print) -> Compaction:
     """The strategy `config` names, ready for the loop: refusals recognised, the hardest level,
     a user message too large for the window handled the same way under every strategy."""
     made = STRATEGIES[config.strategy](config, summarize, archive, ws)  # None: the model if configured
-    strategy_fit, said = made.fit, {}  # said: the window a refusal named, when the server is smaller
+    strategy_fit = made.fit
 
     def refused(error: Exception) -> int | None:
-        window = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
-        if window and is_context_overflow(error):
-            said["window"] = int(next(g for g in window.groups() if g))
+        if is_context_overflow(error):
+            narrow(made.state, config, window_said(error), log)
         return server_refused(error)
 
     def fit(messages, focus=None, level=0, usage=None):
-        window = min(config.context_window, said.get("window", config.context_window))
+        window = min(config.context_window, made.state.window or config.context_window)
         messages = fit_user_message(messages, user_room(window, config.reserved_output), archive)
         if level > HARDEST or (level > 1 and made.name == "none"):  # none never compacts, nor cuts
             raise ContextOverflowError(
@@ -979,9 +979,27 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
                    describe=lambda before, after, usage: describe_compaction(made, before, after, usage))
 
 
-# The window a server's refusal names: OpenAI and llama-cpp-python, llama-server, vLLM.
-WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)"
-                         r"|\"n_ctx\":\s*(\d+)|maximum model length is (\d+)")
+# The window a server's refusal names: OpenAI and llama-cpp-python, llama-server, vLLM, DashScope,
+# Anthropic, LM Studio, Gemini, TGI (each in tests/test_refusals.py, with its source).
+WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)|\"n_ctx\":\s*(\d+)"
+                         r"|maximum model length (?:is|of) (\d+)|input length should be \[1, (\d+)\]|> (\d+) maximum"
+                         r"|context length of only (\d+)|maximum number of tokens allowed \((\d+)\)"
+                         r"|`max_new_tokens` must be <= (\d+)|`inputs` must have less than (\d+) tokens")
+
+
+def window_said(error: Exception) -> int | None:
+    """The window a "too long" refusal names, or None when it names none."""
+    found = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+    return int(next(g for g in found.groups() if g)) if found else None
+
+
+def narrow(state: CompactState, config: Config, window: int | None, log=print) -> None:
+    """A server that names a smaller window than CONTEXT_WINDOW: every strategy compacts for that
+    window from now on (it is kept in the state, so --resume keeps it), and the user is told once."""
+    if window and window < (state.window or config.context_window):
+        state.window = window
+        log(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={config.context_window:,}: "
+            f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
 
 
 def describe_compaction(made: Compaction, before: list[dict], after: list[dict], usage) -> str:
@@ -1393,7 +1411,7 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
     elif name == "/strategy" and rest.strip() in STRATEGIES:
         config, old = replace(config, strategy=rest.strip()), session.compaction
         session.compaction = make_compaction(config, archive=old.archive, ws=ws)
-        for kept in ("compactions", "tokens_saved", "failures", "last_error"):  # the statistics go on
+        for kept in ("compactions", "tokens_saved", "failures", "last_error", "window"):  # the statistics go on
             setattr(session.compaction.state, kept, getattr(old.state, kept))
         print(f"[strategy] {config.strategy} from now on")
     elif name == "/strategy":
@@ -1412,6 +1430,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
     kinds = {"system prompt": 0, "tool schemas": SCHEMA_TOKENS, "summary": 0, "pinned constraints": 0,
              "tool results": 0, "other messages": 0}
     c = session.compaction
+    config = replace(config, context_window=c.state.window or config.context_window)  # what a refusal named
     for i, m in enumerate(session.messages):
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")

@@ -380,7 +380,8 @@ def test_snip_long_outputs_cuts_the_newest_unseen_batch_past_unseen_max_and_says
     messages = unseen_batch(numbered(3_000))
     out = snip_long_outputs(messages, max_tokens=500, unseen_max=2_000)
     newest = out[-1]["content"]
-    assert newest.startswith("[this output alone would not fit the window, so it was cut]\nstep 0 ok")
+    assert newest.startswith("[this output alone is over ~2,000 tokens, the limit for one new output, so it was cut]\n"
+                             "step 0 ok")
     assert "lines cut" in newest and newest.endswith("step 2999 ok")
     assert estimate_tokens(newest) < 2_000 < estimate_tokens(messages[-1]["content"])
 

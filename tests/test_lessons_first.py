@@ -75,7 +75,7 @@ MARKERS = {
     "06_snip.py": ["[head] ====", "[cut]  [… ", "[kept] Traceback (most recent call last):", "[kept] TypeError:",
                    "passed in 12.34s", "chars cut …]", "[error] a log's level", "[error] npm",
                    "[not]   code that raises", "the newest ~6,635 → ~6,635",
-                   "'[this output alone would not fit the window, so it was cut]'",
+                   "'[this output alone is over ~1,000 tokens, the limit for one new output, so it was cut]'",
                    "only 20 stay: the first 5 and the last 15", "[removed]", "[lesson 06] done:"],
     "07_clear_and_dedupe.py": ["[clear] #3", "'[tool cleared]'", "[dedupe] #5", "'[duplicate] same output",
                                "valid JSON with keys ['path', 'content']", "[kept]",

@@ -19,8 +19,9 @@ from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
 
 SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}
 MODEL_SUMMARY = "## Goal\n- write the notes\n## Progress\n- MODEL-SUMMARY: several notes are written"
-OVERFLOW = {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
-                                 "messages resulted in 9000 tokens.", "type": "invalid_request_error",
+# The window it names is the configured one (Config's 128,000), so a refusal changes no setting here
+OVERFLOW = {"error": {"message": "This model's maximum context length is 128000 tokens. However, your "
+                                 "messages resulted in 130000 tokens.", "type": "invalid_request_error",
                       "param": "messages", "code": "context_length_exceeded"}}
 
 

@@ -127,10 +127,8 @@ def test_assistant_text_goes_out_as_a_string_never_null_and_tools_with_tool_choi
     assert reply["content"] == "ok" and history[2]["content"] is None  # the history itself is untouched
 
 
-# Issue 29: four wordings compact.OVERFLOW / COUNTED do not read yet. The change is compact.py's
-# (its owner applies it at the merge, then removes the xfail); the text is each server's own.
-
-UNREAD = {  # server -> (status, body, the size the refusal names)
+# Issue 29: four more wordings, each server's own text with its source.
+FOUR_WORDINGS = {  # server -> (status, body, the size the refusal names)
     # google-gemini/gemini-cli #4118, #11507, #6678: Gemini's OpenAI-compatible endpoint
     "Gemini (OpenAI-compatible)": (400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":
                                    "The input token count (132478) exceeds the maximum number of tokens allowed "
@@ -148,14 +146,63 @@ UNREAD = {  # server -> (status, body, the size the refusal names)
 }
 
 
-
-@pytest.mark.parametrize("server", UNREAD)
-def test_the_four_unread_wordings_are_recognised_with_their_size(httpserver, server):
+@pytest.mark.parametrize("server", FOUR_WORDINGS)
+def test_four_more_wordings_are_recognised_with_their_size(httpserver, server):
     import compact
-    status, body, size = UNREAD[server]
+    status, body, size = FOUR_WORDINGS[server]
     httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_response(
         Response(json.dumps(body), status=status, content_type="application/json"))
     client = openai.OpenAI(base_url=httpserver.url_for("/v1"), api_key="sk-test", max_retries=0)
     with pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert is_context_overflow(caught.value) and compact.refused_size(caught.value) == size
+
+
+# The window each refusal names (None: it names none), which then becomes the window compacted for.
+WINDOWS = {"llama-cpp-python (captured)": 2048, "llama.cpp llama-server": 4096, "llama.cpp llama-server, older": None,
+           "OpenAI": 128_000, "DeepSeek": 65536, "vLLM": 4096, "vLLM, older": 4096, "DashScope (Qwen)": 30720,
+           "Anthropic-compatible": 200_000, "LM Studio": 4096, "Gemini (OpenAI-compatible)": 131072,
+           "TGI, inputs + max_new_tokens": 2048, "TGI, inputs alone": 1024, "Groq, the message without its body": None}
+
+
+@pytest.mark.parametrize("server", WINDOWS)
+def test_the_window_a_refusal_names_is_read(httpserver, server):
+    import tiny_agent
+    status, body, *_ = REFUSALS.get(server) or FOUR_WORDINGS[server]
+    assert tiny_agent.window_said(raised(httpserver, status, body)) == WINDOWS[server]
+    assert set(WINDOWS) == set(REFUSALS) | set(FOUR_WORDINGS)
+
+
+def test_a_server_with_a_smaller_window_than_configured_is_compacted_for_and_the_setting_suggested_once(
+        fake_openai, tmp_path, capsys):
+    """CONTEXT_WINDOW is the 128,000 default; the server holds 4,000 tokens and says so when it
+    refuses. The first refusal makes 4,000 the window every compaction aims for, so the refusals
+    stop, and one line says to set CONTEXT_WINDOW=4000."""
+    import tiny_agent
+    from conftest import chat_response
+    refusals, requests = [], []
+    (tmp_path / "notes.txt").write_text("a line of notes that the model reads again and again\n" * 40)
+
+    def reply(body):
+        requests.append(body)
+        size = len(json.dumps(body["messages"])) // 3  # this server's count: a token every 3 characters
+        if size > 4_000:
+            refusals.append(len(requests))
+            return 400, error(f"This model's maximum context length is 4000 tokens. However, you requested {size} "
+                              f"tokens ({size} in the messages, None in the completion).", code="context_length_exceeded")
+        if len(requests) > 40:
+            return 200, chat_response("done")
+        return 200, chat_response(tool_calls=[(f"c{len(requests)}", "read_file", {"path": "notes.txt"})])
+    fake_openai(reply)
+    config = tiny_agent.load_config({})
+    assert config.context_window == 128_000
+    log: list[str] = []
+    session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive",
+                                     summarize=lambda messages, focus=None: "## Task\n- read the notes")
+    ws = tiny_agent.Workspace(tmp_path, approve=lambda command: "n", sandbox=False)
+    model = tiny_agent.openai_model(tiny_agent.make_client(), "m")
+    assert tiny_agent.run(session, "read the notes forty times", model, ws, log=log.append) == "done"
+    told = [line for line in capsys.readouterr().out.splitlines() if "set CONTEXT_WINDOW=4000" in line]
+    assert len(told) == 1 and "the server's window is 4,000 tokens" in told[0], log
+    assert len(refusals) <= 2, refusals  # before: refused again every few requests
+    assert session.compaction.state.window == 4000
