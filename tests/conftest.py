@@ -62,6 +62,14 @@ socket.socket.connect = _guarded_connect
 socket.getaddrinfo = _guarded_getaddrinfo
 
 
+def pytest_sessionstart(session) -> None:
+    """The agent reads .env from the folder it runs in, else from its own: a .env in this checkout
+    would point every agent the tests start at the developer's server, with the developer's key."""
+    if (ROOT / ".env").exists():
+        pytest.exit(f"{ROOT / '.env'} would be read by every agent the tests start: move it aside while they run",
+                    returncode=4)
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto` starts two workers a core: most tests wait on a program they started (a terminal, a
     server, a timeout), and the other worker of the pair uses the core meanwhile. Measured on two
