@@ -1201,6 +1201,22 @@ class SummaryGuard:
         return self.skip > 0
 
 
+def compaction_stats(state: CompactState, guard: SummaryGuard | None = None) -> str:
+    """Every strategy's health in a line or two, for /context and the lessons: compactions, tokens
+    saved, the summarizer's failures and when they happened, and a warning while the guard's breaker
+    is open and summaries are degraded (lesson 13). The count is the state's, which outlives a guard."""
+    text = f"compactions: {state.compactions}, tokens saved: {state.tokens_saved:,}"
+    times = [time.strftime("%H:%M:%S", time.localtime(t)) for t in guard.failed_at] if guard else []
+    if state.failures:
+        text += f"; summarizer failures: {state.failures}, the last {'at ' + times[-1] + ' ' if times else ''}" \
+                f"({state.last_error})"
+    if guard is not None and guard.open:
+        text += (f"\nWARNING: summaries are degraded: the summarizer failed {guard.max_failures} times in a row "
+                 f"(at {', '.join(times[-guard.max_failures:])}); the next {guard.skip} compactions use the "
+                 "extractive summary")
+    return text
+
+
 # --- The sawtooth as the agent runs it (lessons 02-04) ---------------------------------------
 # Without it: everything above stays unused: the tutorial's sawtooth meets a real server alone.
 
@@ -2183,19 +2199,6 @@ class Compactor:
             + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
                f"compressed, take {precise:,} of them" if precise else "")
             + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
-
-    def stats(self) -> str:
-        """The compactor's health in a line or two: when the summarizer failed, and a warning while
-        summaries are degraded to extractive ones."""
-        s, g = self.state, self.guard
-        text = f"compactions: {s.compactions}, tokens saved: {s.tokens_saved:,}"
-        when = ", ".join(time.strftime("%H:%M:%S", time.localtime(t)) for t in g.failed_at[-3:])
-        if g.failed_at:
-            text += f"; summarizer failures: {len(g.failed_at)}, the last at {when.split(', ')[-1]} ({g.last_error})"
-        if g.open:
-            text += (f"\nWARNING: summaries are degraded: the summarizer failed {g.max_failures} times in a "
-                     f"row (at {when}); the next {g.skip} compactions use the extractive summary")
-        return text
 
     def admit_tool_result(self, call: dict, output: str, max_tokens: int = 2_000) -> str:
         """Zones: a tool output over `max_tokens` is summarized by the cheap model before it enters
