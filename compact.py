@@ -1201,19 +1201,16 @@ class SummaryGuard:
 
 
 def compaction_stats(state: CompactState, guard: SummaryGuard | None = None) -> str:
-    """Every strategy's health in a line or two, for /context and the lessons: compactions, tokens
-    saved, the summarizer's failures and when they happened, and a warning while the guard's breaker
-    is open and summaries are degraded (lesson 13). The count is the state's, which outlives a guard."""
-    text = f"compactions: {state.compactions}, tokens saved: {state.tokens_saved:,}"
+    """Every strategy's statistics, for /context and the lessons: compactions, tokens saved, the
+    summarizer's failures (the state's count, which outlives a guard) with the guard's times, and a
+    warning while its breaker is open and summaries are degraded (lesson 13)."""
     times = [time.strftime("%H:%M:%S", time.localtime(t)) for t in guard.failed_at] if guard else []
-    if state.failures:
-        text += f"; summarizer failures: {state.failures}, the last {'at ' + times[-1] + ' ' if times else ''}" \
-                f"({state.last_error})"
-    if guard is not None and guard.open:
-        text += (f"\nWARNING: summaries are degraded: the summarizer failed {guard.max_failures} times in a row "
-                 f"(at {', '.join(times[-guard.max_failures:])}); the next {guard.skip} compactions use the "
-                 "extractive summary")
-    return text
+    return (f"compactions: {state.compactions}, tokens saved: {state.tokens_saved:,}" + (
+        f"; summarizer failures: {state.failures}, the last {'at ' + times[-1] + ' ' if times else ''}"
+        f"({state.last_error})" if state.failures else "") + (
+        f"\nWARNING: summaries are degraded: the summarizer failed {guard.max_failures} times in a row (at "
+        f"{', '.join(times[-guard.max_failures:])}); the next {guard.skip} compactions use the extractive summary"
+        if guard is not None and guard.open else ""))
 
 
 # --- The sawtooth as the agent runs it (lessons 02-04) ---------------------------------------
@@ -1791,9 +1788,6 @@ def eviction_note(gone: list[dict]) -> dict:
 # --- The ladder (lessons 10-13) --------------------------------------------------------------
 
 
-    # steps: (name, tokens before, tokens after, seconds)
-
-
 @dataclass
 class Pass:
     """One compaction's scratch, handed from step to step and dropped at its end (lesson 13)."""
@@ -1941,8 +1935,7 @@ class Compactor:
         run.inputs, out = {id(m) for m in messages}, messages
         for name, step, lossy in self.steps():
             if only is not None:  # the caller named the steps: they run whatever the target says
-                if name in only:
-                    out = self._apply(name, step, out, run)
+                out = self._apply(name, step, out, run) if name in only else out
                 continue
             if not self.over(out, self.target, run) and not (force and name == "summary"):
                 if force:
@@ -1954,12 +1947,11 @@ class Compactor:
         return self._finish(messages, out, run)
 
     def measure(self, messages: list[dict], run: Pass) -> tuple[int, int]:
-        """(history tokens, effective window) of a list, counted once a compaction: no list a pass
-        holds changes, and summing a long history at every check costs more than the steps."""
-        hit = run.sizes.get(id(messages))
-        if hit is None or hit[0] is not messages:  # the memo holds the list, so its id is not reused
-            hit = run.sizes[id(messages)] = (messages, self.budget.history(messages), self.budget.effective(messages))
-        return hit[1], hit[2]
+        """(history tokens, effective window) of a list, summed once a compaction (no list it holds
+        changes), not again at every check between the rungs, which made a long history cost more."""
+        if id(messages) not in run.sizes:  # the memo holds the list, so its id is not reused
+            run.sizes[id(messages)] = (messages, self.budget.history(messages), self.budget.effective(messages))
+        return run.sizes[id(messages)][1:]
 
     def over(self, messages: list[dict], share: float, run: Pass) -> bool:
         """The history passes `share` of the effective window, by our estimate scaled to the server's."""
@@ -2094,8 +2086,7 @@ class Compactor:
             for call in m.get("tool_calls") or []:
                 if call_name(call) in ("read_file", *WRITE_TOOLS):
                     for path in call_paths(call):
-                        files.pop(path, None)
-                        files[path] = None  # the most recent use moves it last
+                        files[path] = files.pop(path, None)  # the most recent use moves it last
         self.state.recent_files = list(files)[-RECENT_FILES:]
 
     def summary_message(self, messages: list[dict] = (), focus: str | None = None, kept: list[dict] = (),
@@ -2148,9 +2139,8 @@ class Compactor:
             turn = [requests[-1], *turn]
         in_turn = {id(t) for t in turn}  # indexed once: scanning the turn for every message is quadratic
         held = [m for m in precise_messages(messages, self.precise_tools) if id(m) not in in_turn]
-        held_ids = {id(h) for h in held}
-        turn, in_turn = held + turn, in_turn | held_ids  # what precise tools returned is never cut: if it
-        gone = [m for m in messages[len(system):] if id(m) not in in_turn]  # cannot fit, compact raises
+        held_ids, turn = {id(h) for h in held}, held + turn  # what precise tools returned is never cut
+        gone = [m for m in messages[len(system):] if id(m) not in in_turn and id(m) not in held_ids]
         self.archive_messages(gone, run)
         fresh = [m for m in gone if not is_generated(m) and m is not ACK]
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
@@ -2196,8 +2186,7 @@ class Compactor:
         out = repair(out)
         after, effective = self.measure(out, run)
         if after > effective:
-            precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
-            raise self.overflow(out, after, precise)
+            raise self.overflow(out, after, sum(message_tokens(m) for m in precise_messages(out, self.precise_tools)))
         self.state.compactions += 1
         self.state.tokens_saved += max(0, before - after)
         self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * effective else 0
