@@ -659,13 +659,12 @@ def call_paths(call: dict) -> list[str]:
 def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
     """(read, changed): the files calls named, in first-seen order; changed only from the paths of
     write and edit calls."""
-    read: list[str] = []
-    changed: list[str] = []
+    read: dict[str, None] = {}  # ordered sets: a long history names many files
+    changed: dict[str, None] = {}
     for m in messages:
         for call in m.get("tool_calls") or []:
-            bucket = changed if call_name(call) in WRITE_TOOLS else read
-            bucket += [p for p in call_paths(call) if p not in bucket]
-    return read, [p for p in changed if p not in read] + [p for p in changed if p in read]
+            (changed if call_name(call) in WRITE_TOOLS else read).update(dict.fromkeys(call_paths(call)))
+    return list(read), [p for p in changed if p not in read] + [p for p in changed if p in read]
 
 
 def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
@@ -1199,6 +1198,19 @@ class SummaryGuard:
     @property
     def open(self) -> bool:
         return self.skip > 0
+
+
+def compaction_stats(state: CompactState, guard: SummaryGuard | None = None) -> str:
+    """Every strategy's statistics, for /context and the lessons: compactions, tokens saved, the
+    summarizer's failures (the state's count, which outlives a guard) with the guard's times, and a
+    warning while its breaker is open and summaries are degraded (lesson 13)."""
+    times = [time.strftime("%H:%M:%S", time.localtime(t)) for t in guard.failed_at] if guard else []
+    return (f"compactions: {state.compactions}, tokens saved: {state.tokens_saved:,}" + (
+        f"; summarizer failures: {state.failures}, the last {'at ' + times[-1] + ' ' if times else ''}"
+        f"({state.last_error})" if state.failures else "") + (
+        f"\nWARNING: summaries are degraded: the summarizer failed {guard.max_failures} times in a row (at "
+        f"{', '.join(times[-guard.max_failures:])}); the next {guard.skip} compactions use the extractive summary"
+        if guard is not None and guard.open else ""))
 
 
 # --- The sawtooth as the agent runs it (lessons 02-04) ---------------------------------------
@@ -1777,9 +1789,6 @@ def eviction_note(gone: list[dict]) -> dict:
 # --- The ladder (lessons 10-13) --------------------------------------------------------------
 
 
-    # steps: (name, tokens before, tokens after, seconds)
-
-
 @dataclass
 class Pass:
     """One compaction's scratch, handed from step to step and dropped at its end (lesson 13)."""
@@ -1791,6 +1800,7 @@ class Pass:
     inputs: set[int] | None = None  # ids of the messages given to compact: only those are archived,
     # never a step's intermediate rewrite (a placeholder); None archives whatever leaves
     ratio: float = 1.0  # the server's count over our estimate, when it counted more: estimates scale up
+    sizes: dict[int, tuple] = field(default_factory=dict)  # id(list) -> (list, history tokens, effective)
 
 
 LAYERS = {  # each policy's steps, cheapest first
@@ -1910,25 +1920,24 @@ class Compactor:
         """Return a list that fits, or `messages` itself when nothing needs to change. `used` is the
         whole request's size when the server counted it; `only` names the steps to run."""
         check_messages(messages)
-        run, budget = Pass(focus, force), self.budget
+        run = Pass(focus, force)
         self.note_files(messages)
         self.state.report = []
-        size = budget.history(messages)
+        size, effective = self.measure(messages, run)
         if used is not None:  # the server's count, less what is not history, calibrates our estimates
             counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
             run.ratio, size = max(1.0, counted / max(1, size)), max(size, counted)
         start = self.lossless_at if self.policy == "zones" else self.trigger
-        waiting = size <= self.state.floor and size <= budget.effective(messages)  # no progress yet, and it fits
-        if not force and (size <= start * budget.effective(messages) or waiting):
+        waiting = size <= self.state.floor and size <= effective  # no progress yet, and it fits
+        if not force and (size <= start * effective or waiting):
             return self.premask(messages, run) if self.mask_every_call else messages
         precise = sum(message_tokens(m) for m in precise_messages(messages, self.precise_tools))
-        if precise > budget.effective(messages):  # no step may touch them: fail before running every step
-            raise self.overflow(messages, precise)
+        if precise > effective:  # no step may touch them: fail before running every step
+            raise self.overflow(messages, precise, precise)
         run.inputs, out = {id(m) for m in messages}, messages
         for name, step, lossy in self.steps():
             if only is not None:  # the caller named the steps: they run whatever the target says
-                if name in only:
-                    out = self._apply(name, step, out, run)
+                out = self._apply(name, step, out, run) if name in only else out
                 continue
             if not self.over(out, self.target, run) and not (force and name == "summary"):
                 if force:
@@ -1939,15 +1948,23 @@ class Compactor:
             out = self._apply(name, step, out, run)
         return self._finish(messages, out, run)
 
+    def measure(self, messages: list[dict], run: Pass) -> tuple[int, int]:
+        """(history tokens, effective window) of a list, summed once a compaction (no list it holds
+        changes), not again at every check between the rungs, which made a long history cost more."""
+        if id(messages) not in run.sizes:  # the memo holds the list, so its id is not reused
+            run.sizes[id(messages)] = (messages, self.budget.history(messages), self.budget.effective(messages))
+        return run.sizes[id(messages)][1:]
+
     def over(self, messages: list[dict], share: float, run: Pass) -> bool:
         """The history passes `share` of the effective window, by our estimate scaled to the server's."""
-        return self.budget.history(messages) * run.ratio > share * self.budget.effective(messages)
+        size, effective = self.measure(messages, run)
+        return size * run.ratio > share * effective
 
     def _apply(self, name: str, step: Callable, messages: list[dict], run: Pass) -> list[dict]:
         """Run one step, note what it did, and keep its result if `_accepted` says so."""
         clock, summary, turns = time.perf_counter(), self.state.summary, self.state.turns
         new = step(messages, run)
-        before, after = self.budget.history(messages), self.budget.history(new)
+        before, after = self.measure(messages, run)[0], self.measure(new, run)[0]
         self.state.report.append((name, before, after, time.perf_counter() - clock))
         if self._accepted(name, before, after, new, run):
             return new
@@ -1967,10 +1984,10 @@ class Compactor:
         """MicroCompact: old tool results masked before every call, below the trigger
         too; with cache first, only when that frees `cache_min_tokens` at once."""
         new = mask_old_tool_results(messages, self.keep_last_results, self.precise_tools)
-        freed = self.budget.history(messages) - self.budget.history(new)
-        if freed <= 0 or freed < self.cache_min_tokens:
+        before, after = self.measure(messages, run)[0], self.measure(new, run)[0]
+        if after >= before or before - after < self.cache_min_tokens:
             return messages
-        self.state.report = [("mask", freed + self.budget.history(new), self.budget.history(new), 0.0)]
+        self.state.report = [("mask", before, after, 0.0)]
         self.archive_messages(leaving(messages, new), run)
         return new
 
@@ -2041,7 +2058,8 @@ class Compactor:
         if latest is not None and not any(m is latest for m in messages[:head] + tail):
             tail = [latest, *tail]
         held = precise_messages(middle, self.precise_tools)  # never summarized: kept after the summary
-        middle = [m for m in middle if id(m) not in {id(h) for h in held}]
+        exact = {id(h) for h in held}
+        middle = [m for m in middle if id(m) not in exact]
         if not middle:
             return messages
         if summarize is None:  # a tier that may be discarded archives nothing: _finish archives what left
@@ -2063,15 +2081,15 @@ class Compactor:
     def note_files(self, messages: list[dict]) -> None:
         """evo-agent's RecentFiles: every file a call read or wrote, in the order used, the last
         RECENT_FILES of them; noted at every call, not only when messages leave (lesson 13)."""
-        files = list(self.state.recent_files)
+        files = dict.fromkeys(self.state.recent_files)  # ordered, and indexed: a long history names many
         start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if messages[i] is self._noted), 0)
         self._noted = messages[-1] if messages else None  # the next call reads only what came after it
         for m in messages[start:]:
             for call in m.get("tool_calls") or []:
                 if call_name(call) in ("read_file", *WRITE_TOOLS):
                     for path in call_paths(call):
-                        files = [f for f in files if f != path] + [path]
-        self.state.recent_files = files[-RECENT_FILES:]
+                        files[path] = files.pop(path, None)  # the most recent use moves it last
+        self.state.recent_files = list(files)[-RECENT_FILES:]
 
     def summary_message(self, messages: list[dict] = (), focus: str | None = None, kept: list[dict] = (),
                         whole: bool = True) -> dict:
@@ -2121,9 +2139,10 @@ class Compactor:
         requests = user_requests(messages)
         if requests and not any(m is requests[-1] for m in turn):
             turn = [requests[-1], *turn]
-        held = [m for m in precise_messages(messages, self.precise_tools) if not any(m is t for t in turn)]
-        turn = held + turn  # what precise tools returned is never cut: if it cannot fit, compact raises
-        gone = [m for m in messages[len(system):] if not any(m is t for t in turn)]
+        in_turn = {id(t) for t in turn}  # indexed once: scanning the turn for every message is quadratic
+        held = [m for m in precise_messages(messages, self.precise_tools) if id(m) not in in_turn]
+        held_ids, turn = {id(h) for h in held}, held + turn  # what precise tools returned is never cut
+        gone = [m for m in messages[len(system):] if id(m) not in in_turn and id(m) not in held_ids]
         self.archive_messages(gone, run)
         fresh = [m for m in gone if not is_generated(m) and m is not ACK]
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
@@ -2137,7 +2156,7 @@ class Compactor:
         cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max,
                                                        unseen_limit="what the last resort keeps of one output"),
                                      keep_last=0)
-        turn = [t if any(t is h for h in held) else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
+        turn = [t if id(t) in held_ids else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
         out = [*system, self.summary_message(messages, run.focus, system + turn), *ack, *turn]
         if self.over(out, 1.0, run):  # the summary itself does not fit:
@@ -2160,45 +2179,30 @@ class Compactor:
 
     def _finish(self, original: list[dict], out: list[dict], run: Pass) -> list[dict]:
         """Archive what changed, repair, check the result fits, and update the state."""
-        budget = self.budget
-        if out is original and budget.history(original) <= budget.effective(original):
-            self.state.floor = int(budget.history(original) * GROWTH_BEFORE_RETRY)  # nothing helped
+        before, effective = self.measure(original, run)
+        if out is original and before <= effective:
+            self.state.floor = int(before * GROWTH_BEFORE_RETRY)  # nothing helped
             out = repair(original) if run.force else original  # a forced compaction's list is valid too
             self.archive_messages(leaving(original, out), run)
             return out
         self.archive_messages(leaving(original, out), run)
         out = repair(out)
-        before, after = budget.history(original), budget.history(out)
-        if after > budget.effective(out):
-            raise self.overflow(out, after)
+        after, effective = self.measure(out, run)
+        if after > effective:
+            raise self.overflow(out, after, sum(message_tokens(m) for m in precise_messages(out, self.precise_tools)))
         self.state.compactions += 1
         self.state.tokens_saved += max(0, before - after)
-        over_trigger = after > self.trigger * budget.effective(out)
-        self.state.floor = int(after * GROWTH_BEFORE_RETRY) if over_trigger else 0
+        self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * effective else 0
         return out
 
-    def overflow(self, out: list[dict], after: int) -> ContextOverflowError:
-        """What did not fit after the last resort, and how much of it precise results hold."""
-        precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
+    def overflow(self, out: list[dict], after: int, precise: int) -> ContextOverflowError:
+        """What did not fit after the last resort, and how much of it the `precise` results hold."""
         return ContextOverflowError(
             f"the latest turn with the pinned constraints needs {after:,} tokens but only "
             f"{self.budget.effective(out):,} are left in the window after the last resort"
             + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
                f"compressed, take {precise:,} of them" if precise else "")
             + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
-
-    def stats(self) -> str:
-        """The compactor's health in a line or two: when the summarizer failed, and a warning while
-        summaries are degraded to extractive ones."""
-        s, g = self.state, self.guard
-        text = f"compactions: {s.compactions}, tokens saved: {s.tokens_saved:,}"
-        when = ", ".join(time.strftime("%H:%M:%S", time.localtime(t)) for t in g.failed_at[-3:])
-        if g.failed_at:
-            text += f"; summarizer failures: {len(g.failed_at)}, the last at {when.split(', ')[-1]} ({g.last_error})"
-        if g.open:
-            text += (f"\nWARNING: summaries are degraded: the summarizer failed {g.max_failures} times in a "
-                     f"row (at {when}); the next {g.skip} compactions use the extractive summary")
-        return text
 
     def admit_tool_result(self, call: dict, output: str, max_tokens: int = 2_000) -> str:
         """Zones: a tool output over `max_tokens` is summarized by the cheap model before it enters

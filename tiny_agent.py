@@ -223,7 +223,8 @@ class Compaction:
     admit: Callable = lambda call, output: output  # what of a tool's output enters the context
     state: object = None  # what lasts across compactions (compact.CompactState), saved by the REPL
     archive: object = None  # compact.Archive: every message that leaves the context, for recall
-    meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, stats line) for /context
+    guard: object = None  # compact.SummaryGuard: the summarizer's failure times and breaker, for /context
+    meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens) for /context
 
 
 def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT,
@@ -741,9 +742,9 @@ from contextlib import contextmanager  # noqa: E402
 from dataclasses import asdict, fields, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
-                     content_text, estimate_tokens, is_context_overflow, is_summary, leaving, model_configured,
-                     refused_size, sawtooth, snip_text, SummaryGuard, summarize_offline, system_head,
-                     text_tokens, user_requests)
+                     compaction_stats, content_text, estimate_tokens, is_context_overflow, is_summary, leaving,
+                     model_configured, refused_size, sawtooth, snip_text, SummaryGuard, summarize_offline,
+                     system_head, text_tokens, user_requests)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -940,7 +941,7 @@ def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | 
             return sawtooth(messages, guard, threshold=config.threshold, keep_recent=1 if level >= 2 else
                             config.keep_recent, max_tokens=limit, tokens=tokens, focus=focus, force=level >= 1,
                             state=state, archive=archive, precise_tools=config.precise_tools)
-    return Compaction("sawtooth", fit, state=state, archive=archive)
+    return Compaction("sawtooth", fit, state=state, archive=archive, guard=guard)
 
 
 def no_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
@@ -1426,7 +1427,7 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
 
 def context_meter(session: Session, config: Config, width: int = 40) -> str:
     """What the next request holds, by kind, in tokens and as a share of the window; then the
-    compactions so far, what they saved, and any summarizer failure."""
+    statistics every strategy shares (compact.compaction_stats)."""
     kinds = {"system prompt": 0, "tool schemas": SCHEMA_TOKENS, "summary": 0, "pinned constraints": 0,
              "tool results": 0, "other messages": 0}
     c = session.compaction
@@ -1435,9 +1436,9 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")
         kinds[kind] += estimate_tokens([m]) - 3
-    trigger, pins, stats = c.meter(session.messages) if c.meter else (
+    trigger, pins = c.meter(session.messages) if c.meter else (
         config.context_window if c.name == "none" else int(TRIGGER * (config.context_window - config.reserved_output)),
-        0, compaction_stats(c.state))
+        0)
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
     window, total = config.context_window, sum(kinds.values())
@@ -1454,13 +1455,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
     lines.append(f"  {'':<19} {'':>8}  {'·' * mark}▲ trigger{' ' * max(0, width - mark - 10)}| window")
-    return "\n".join(lines + [stats])
-
-
-def compaction_stats(s: CompactState) -> str:
-    """The compactions so far in one line: how many, what they saved, any summarizer failure."""
-    text = f"[stats] {s.compactions} compaction{'s' * (s.compactions != 1)}, ~{s.tokens_saved:,} tokens saved"
-    return text + (f"; summarizer failures: {s.failures}, the last: {s.last_error}" if s.failures else "")
+    return "\n".join(lines + ["[stats] " + compaction_stats(c.state, c.guard)])
 
 
 # --- The command line: the offline demo, one task, or a REPL ---------------------------------
@@ -1865,11 +1860,10 @@ def ladder_compaction(config: Config, summarize: Callable, archive: Archive | No
         start = compactor.lossless_at if compactor.policy == "zones" else compactor.trigger
         head = estimate_tokens(messages[:system_head(messages)]) - 3
         trigger = int(start * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
-        guard = "\n" + compactor.stats() if compactor.guard.failed_at else ""  # its failures and warning
-        pins = estimate_tokens(pins_text(compactor.state.pinned, 10**9))
-        return trigger, pins, compaction_stats(compactor.state) + guard
+        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9))
     admit = compactor.admit_tool_result if compactor.policy == "zones" else (lambda call, output: output)
-    return Compaction(config.strategy, fit, admit=admit, state=compactor.state, archive=archive, meter=meter)
+    return Compaction(config.strategy, fit, admit=admit, state=compactor.state, archive=archive, meter=meter,
+                      guard=compactor.guard)
 
 
 def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:

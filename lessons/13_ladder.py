@@ -27,15 +27,16 @@ back under the target; most compactions never reach the summarizer.
     light: rolling summary + leaving turns ──► under the target? ── yes ──► kept, no model call
                                                                    └─ no ──► summary rung rebuilds
 
-  Compactor.stats() says how the compactor is doing: compactions, tokens saved, when the
-  summarizer failed, and a WARNING while the breaker is open and summaries are degraded.
+  compaction_stats(compactor.state, compactor.guard) says how it is doing, in the line /context
+  prints for every strategy: compactions, tokens saved, when the summarizer failed, and a WARNING
+  while the breaker is open and summaries are degraded.
 
 What changed since lesson 12: the layers become one policy, with a plan for every failure.
 Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1; set
   LIGHT_TARGETS to (0.5, 0.12).
 Explains compact.py Part III ("The ladder"): Compactor.compact, Compactor.steps,
-  Compactor.last_resort, Compactor.summarize_light, Compactor.stats, Pass; Part II ("The guard"):
-  SummaryGuard, check_summary; ("Refusals"): ContextOverflowError. Part 1 replays the run with
+  Compactor.last_resort, Compactor.summarize_light, Pass; Part II ("The guard"): SummaryGuard,
+  check_summary, compaction_stats; ("Refusals"): ContextOverflowError. Part 1 replays the run with
   lessons/benchmark.py's replay and CountingSummarizer (through show.watch).
 Run: python lessons/13_ladder.py
 """
@@ -44,8 +45,8 @@ import textwrap
 
 import show
 from benchmark import counted
-from compact import (Compactor, ContextOverflowError, SummaryGuard, estimate_tokens, is_summary,
-                     summarize_structured)
+from compact import (Compactor, ContextOverflowError, SummaryGuard, compaction_stats, estimate_tokens,
+                     is_summary, summarize_structured)
 from conversations import generate_conversation
 
 WINDOW = 32_000
@@ -156,14 +157,14 @@ def main():
               f"{'reaches it: kept' if kept else 'is over it: discarded, the summary rung rebuilds'}; "
               f"model calls {model.calls}; steps: {' · '.join(names)}")
 
-    show.banner("6. Compactor.stats(): failure times, and a warning while degraded")
+    show.banner("6. compaction_stats(): failure times, and a warning while degraded")
 
     def broken(messages, focus=None):
         raise ConnectionError("connection reset by peer")
     compactor = Compactor(context_window=16_000, reserved_output=2_000, summarize=broken)
     for n in range(1, 4):  # three forced compactions, each one reaches the summary rung
         compactor.compact(generate_conversation(20, seed=1).messages, force=True)
-        print(f"[stats] after failure {n}: " + compactor.stats().replace("\n", "\n  "))
+        print(f"[stats] after failure {n}: " + compaction_stats(compactor.state, compactor.guard).replace("\n", "\n  "))
     print(f"\n[lesson 13] done: {below} of {compactions} compactions needed no summarizer; "
           f"{raised} of 2 overflows raised ContextOverflowError; last_resort alone: {len(out)} messages; "
           f"light tier kept {light_kept} of {len(LIGHT_TARGETS)}; breaker open: {compactor.guard.open}")

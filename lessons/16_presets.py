@@ -14,7 +14,7 @@ in a comment beside it, and Compactor.from_seed(name, **overrides) builds it:
     smart-eviction     002  zones: lossless from 60% │ lossy from 75%, eviction by multiplied importance;
                             a 10% margin, confidence labels, a raw tail that grows with the task
     echo-agent         003  reasoning → mask (tool-specific placeholders) → dedupe → snip → summary
-                            → last resort; stats() times the summarizer's failures
+                            → last resort; compaction_stats() times the summarizer's failures
     sawtooth-tutorial  004  hybrid: [system][task][graded rolling summary][last 6 messages raw]
 
 Part 1 replays one generated conversation through every preset, as lesson 15 replays strategies;
@@ -25,18 +25,18 @@ ladder, built from its own settings, runs on the same conversation.
 Try it: set TURNS to 250 or WINDOW to 64_000; Compactor.from_seed("five-layer", cache_min_tokens=0).
 Explains compact.py Part III ("Presets"): PRESETS, Compactor.from_seed; ("The ladder"): batched,
   cache_min_tokens, Compactor.premask (mask_every_call), append_focus, Compactor.summarize_light,
-  task_complexity (adaptive_tail), Compactor.stats; ("Eviction and the rolling window"):
+  task_complexity (adaptive_tail); ("Eviction and the rolling window"):
   Weights(multiply=True), importance; ("The structured summary"): grade,
   summarize_structured(graded=True); ("The cheap layers"): placeholder; Part II ("The summarizer
-  that reads in pieces"): flag_unverified(confidence). Part 1 replays with lessons/benchmark.py's
+  that reads in pieces"): flag_unverified(confidence); ("The guard"): compaction_stats. Part 1 replays with lessons/benchmark.py's
   replay and counted.
 Run: python lessons/16_presets.py
 """
 
 import show
 from benchmark import Strategy, counted, replay
-from compact import (EARLIER, PRESETS, PRUNED, Compactor, Pass, content_text, estimate_tokens, flag_unverified,
-                     importance, parse_summary, task_complexity)
+from compact import (EARLIER, PRESETS, PRUNED, Compactor, Pass, compaction_stats, content_text, estimate_tokens,
+                     flag_unverified, importance, parse_summary, task_complexity)
 from conversations import generate_conversation
 
 TURNS, WINDOW = 150, 32_000
@@ -152,7 +152,7 @@ def main():
     print(f"[adaptive] part 1's task: task_complexity {task_complexity(conversation.messages):.2f}; raw tail "
           f"{tails[0]} messages by default, {tails[1]} with adaptive_tail")
 
-    show.banner("5. echo-agent (seed 003): tool-specific placeholders, stats()")
+    show.banner("5. echo-agent (seed 003): tool-specific placeholders, compaction_stats()")
     grep = "exit code 0\n" + "\n".join(f"src/m{i}.py:{i + 3}: # TODO: handle a missing value" for i in range(12))
     messages = [*start(), *show.step("g", "bash", grep, command="grep -rn TODO src"),
                 *show.step("f", "read_file", "def load(item):\n    return item\n" * 60, path="src/app.py"), *reads(3)]
@@ -164,7 +164,7 @@ def main():
         raise RuntimeError("model down")
     echo = Compactor.from_seed("echo-agent", context_window=4_000, reserved_output=500, summarize=broken)
     echo.compact([*start(), *reads(10, 60)], force=True)
-    print(f"[stats] {echo.stats()}")
+    print(f"[stats] {compaction_stats(echo.state, echo.guard)}")
 
     show.banner("6. sawtooth-tutorial (seed 004): the graded rolling summary")
     saw, tests = Compactor.from_seed("sawtooth-tutorial", keep_recent=2), "collected 40 items\n" + "." * 40 + "\n"

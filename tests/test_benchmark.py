@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 import benchmark
-from compact import (PRESETS, content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
-                     reasoning_text)
+import compact
+from compact import (PRESETS, Compactor, content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
+                     reasoning_text, summarize_structured)
 from conftest import MODEL_VARIABLES, TRAJECTORIES, cpu_seconds, lesson_command, load_trajectories, offline_env
 from test_lessons_first import BENCHMARK_RATIO
 from conversations import generate_conversation, generate_thinking_conversation
@@ -456,6 +457,20 @@ def test_a_long_history_is_valid_and_about_the_size_asked():
     messages = generate_conversation(30, seed=0).messages
     history = benchmark.long_history(messages, 500)
     assert 480 <= len(history) <= 500 and find_problems(history) == []
+
+
+def test_a_compaction_sums_each_list_it_holds_once(monkeypatch):
+    """Issue 27.8: a compaction's time stays linear when each list it holds (the input, each rung's
+    result, the repaired output) is summed once; the checks between the rungs read that count, where
+    they summed the whole history again (24 counts of every message, for 7 rungs)."""
+    messages = benchmark.long_history(generate_conversation(30, seed=0).messages, 2_000)
+    window, counted, count = benchmark.window_for(messages, 10.0), [], compact.message_tokens
+    monkeypatch.setattr(compact, "message_tokens", lambda m: counted.append(None) or count(m))
+    compactor = Compactor(context_window=window, reserved_output=window // 4, policy="layered",
+                          summarize=summarize_structured)
+    compactor.compact(messages)
+    assert "summary" in [name for name, *_ in compactor.report]  # every rung ran
+    assert len(counted) <= (len(compactor.report) + 2) * len(messages)
 
 
 # --- Issue 10.6: the figures come from a run: the guide's tables, README.md's summary line ------------

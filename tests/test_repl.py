@@ -507,6 +507,28 @@ def test_compact_that_rewrites_the_summary_in_place_does_not_say_nothing_was_com
     quit_cleanly(t)
 
 
+@pytest.mark.parametrize("strategy", ["sawtooth", "layered"])
+def test_context_times_the_summarizers_failures_and_warns_while_summaries_are_degraded(server, terminal, strategy):
+    """Issue 27: the statistics are the same for every strategy. A summary model that answers with
+    an error message fails three compactions in a row; /context then says when, and that summaries
+    are degraded while the breaker is open."""
+    script = Script(server, answers(8), summary="Error: the summary model is overloaded")
+    t = terminal(script, "--strategy", strategy, "--keep-recent", "2")
+    long_enough(t)
+    for n in range(3):  # two more questions between compactions, so each has turns to summarize
+        for i in (4 + 2 * n - 2, 4 + 2 * n - 1) if n else ():
+            assert f"agent> ANSWER-{i}" in t.ask(f"question {i} about the parser")
+        assert "[compact] the summarizer failed (SummaryFailure" in t.ask("/compact")
+    stats = t.ask("/context").replace("\r", "")
+    clock = r"\d\d:\d\d:\d\d"
+    assert len(script.summaries) == 3, script.summaries  # one call a compaction, none once the breaker opened
+    assert re.search(rf"\n\[stats\] compactions: 3, tokens saved: [\d,]+; summarizer failures: 3, the last at "
+                     rf"{clock} \(SummaryFailure: the summary looks like an error message", stats), stats
+    assert re.search(rf"\nWARNING: summaries are degraded: the summarizer failed 3 times in a row \(at {clock}, "
+                     rf"{clock}, {clock}\); the next 5 compactions use the extractive summary\n", stats), stats
+    quit_cleanly(t)
+
+
 def test_compact_with_too_little_history_says_so(server, terminal):
     script = Script(server, [chat_response("ANSWER-0")])
     t = terminal(script)
@@ -522,13 +544,13 @@ def test_strategy_switches_for_the_rest_of_the_session(server, terminal, workspa
     long_enough(t)
     import tiny_agent
     assert "[compact] 9 →" in t.ask("/compact")
-    before = re.search(r"\[stats\] (\d+) compaction", t.ask("/context"))[1]
+    before = re.search(r"\[stats\] compactions: (\d+),", t.ask("/context"))[1]
     choices = t.ask("/strategy fastest")  # a design document's preset is a strategy name too
     assert (f"[strategy] unknown strategy 'fastest'; the current one is sawtooth; choose one of "
             f"{', '.join(tiny_agent.STRATEGIES)}\r\n") in choices, choices
     assert set(tiny_agent.STRATEGIES) >= {"sawtooth", "layered", "hybrid", "zones", "none", *compact.PRESETS}
     assert "[strategy] none from now on" in t.ask("/strategy none")
-    assert f"[stats] {before} compaction" in t.ask("/context") and int(before) >= 1  # the statistics go on
+    assert f"[stats] compactions: {before}," in t.ask("/context") and int(before) >= 1  # the statistics go on
     assert "[compact] --strategy none never compacts" in t.ask("/compact")  # even when asked
     assert "[strategy] layered from now on" in t.ask("/strategy layered")
     assert "agent> ANSWER-4" in t.ask("one more")

@@ -434,8 +434,8 @@ def test_context_after_a_compaction_shows_the_history_after_it_and_the_stats(ser
     saved = json.loads(latest(records(workspace)).read_text())
     after = tiny_agent.SCHEMA_TOKENS + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
     assert meter_total(meter) == after < meter_total(before)
-    assert re.search(r"^\[stats\] 0 compactions, ~0 tokens saved\r?$", before, re.M), before
-    stats = re.search(r"^\[stats\] 1 compaction, ~([\d,]+) tokens saved\r?$", meter, re.M)
+    assert re.search(r"^\[stats\] compactions: 0, tokens saved: 0\r?$", before, re.M), before
+    stats = re.search(r"^\[stats\] compactions: 1, tokens saved: ([\d,]+)\r?$", meter, re.M)
     assert stats, meter
     assert int(stats[1].replace(",", "")) == saved["state"]["tokens_saved"] > 0
     quit_cleanly(t)
