@@ -925,18 +925,32 @@ def backfill(summary: str, messages: list[dict]) -> str:
 
 
 UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages do not back up
+# What the turns forbid: the action after a negation ("do not modify the deploy script" → "modify the
+# deploy", "不要修改部署脚本" → "修改部署"). A summary that states the action with no negation before it has
+# reversed the rule: echo-agent's own example of drift.
+NEGATED = re.compile(r"\b(?:do not|don't|never|must not|mustn't|should not|shouldn't|may not|not to)\s+"
+                     r"((?:[\w/.-]+[ \t]+){1,2}[\w/.-]+)|(?:不要|别|不许|不准|禁止|不能|不得|勿)([^\W\d_]{4})", re.I)
+NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b|[不别勿]|禁止", re.I)
 
 
 def flag_unverified(summary: str, source: str, confidence: bool = False) -> str:
-    """Drift guard: a summary line whose numbers or paths appear nowhere in its source is marked
-    (unverified), and the next update checks or drops it instead of repeating it. With `confidence`
-    the mark says how many of the line's facts were found (lesson 14)."""
+    """Drift guard: a summary line whose numbers or paths appear nowhere in its source, or that states
+    what the source forbids without the negation, is marked (unverified), and the next update checks
+    or drops it instead of repeating it. With `confidence` the mark says how many of the line's facts
+    were found (lesson 14)."""
+    forbidden = {(m[1] or m[2]).lower(): re.match(r"[^.,;!?。，；！？\n]*", source[m.start():m.start() + 120])[0]
+                 for m in NEGATED.finditer(source)}  # the action, and the rule as the turns word it
     lines = []
     for line in summary.split("\n"):
         checked = re.sub(r"×\d+", "", line)  # "bash ×12" is counted by the summarizer, not quoted
         facts = re.findall(r"\d[\d.,:]*\d|\d", checked) + PATH.findall(checked)
         missing = [f for f in facts if f not in source]
-        if missing and line.startswith("- ") and not line.endswith(UNVERIFIED):
+        low = line.lower()
+        said = [rule for action, rule in forbidden.items() for at in [low.find(action)]
+                if at >= 0 and not NEGATION.search(low[max(0, at - 20):at])]
+        if said and not line.endswith(UNVERIFIED):
+            line += f' (the turns say "{said[0]}") {UNVERIFIED}'
+        elif missing and line.startswith("- ") and not line.endswith(UNVERIFIED):
             found = len(facts) - len(missing)
             line += f" (confidence: {found} of {len(facts)} facts found)" * confidence + " " + UNVERIFIED
         lines.append(line)

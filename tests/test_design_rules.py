@@ -1,0 +1,52 @@
+"""Issue 27, item 7: design-document rules, each as its document says, in the preset that document
+names, and in every strategy when the rule is about every compaction. Each test names its passage."""
+
+from __future__ import annotations
+
+import copy
+
+from test_layers import assistant, system, tool_turn, user
+
+import compact
+from compact import Compactor, content_text, is_summary, sawtooth
+
+RULE = "Do not modify the deploy script, look at the possible causes first."
+DRIFTED = "- The user asked to modify the deploy script."
+
+
+def drifting(messages, focus=None):
+    """A summary model that reverses the user's rule (echo-agent's own example of drift)."""
+    return "## Progress\n" + DRIFTED + "\n- Read the logs."
+
+
+def history(n: int = 12) -> list[dict]:
+    out = [system(), user("Find out why the deploy fails.")]
+    for i in range(n):
+        out += tool_turn(f"c{i}", "bash", f"log line {i} " * 60, command=f"tail -n 60 log{i}.txt")
+        out += [user(RULE)] if i == 1 else []
+    return out + [user("What did you find?")]
+
+
+def summary_text(out: list[dict]) -> str:
+    return content_text(next(m for m in out if is_summary(m)))
+
+
+def test_drift_check_flags_a_summary_that_reverses_the_users_rule():
+    """003 echo-agent, 语义漂移: the user said "do not modify the deploy script", a summary that says the
+    user asked to modify it is drift. The check is every compaction's: the guard, the sawtooth, every ladder."""
+    flagged = compact.flag_unverified(DRIFTED, RULE)
+    assert flagged.endswith(compact.UNVERIFIED) and "Do not modify the deploy script" in flagged
+    assert compact.flag_unverified("- 用户要求修改部署脚本", "暂时不要修改部署脚本，先看看可能原因").endswith(compact.UNVERIFIED)
+    kept = "- The user said not to modify the deploy script.\n- Do not modify the deploy script."
+    assert compact.flag_unverified(kept, RULE) == kept  # the rule stated with its negation is no drift
+    messages = history()
+    frozen = copy.deepcopy(messages)
+    outs = [sawtooth(messages, drifting, threshold=10)]
+    outs += [Compactor.from_seed(name, context_window=4_000, reserved_output=500, summarize=drifting).compact(
+        messages, force=True) for name in ("echo-agent", "five-layer")]
+    outs.append(Compactor(context_window=4_000, reserved_output=500, summarize=drifting).compact(messages, force=True))
+    for out in outs:
+        line = next(x for x in summary_text(out).split("\n") if x.startswith(DRIFTED))
+        assert line.endswith(compact.UNVERIFIED), line
+    assert messages == frozen
+    assert summary_text(sawtooth(messages, drifting, threshold=10)) == summary_text(outs[0])  # deterministic
