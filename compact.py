@@ -1181,14 +1181,17 @@ class SummaryGuard:
     skip: int = 0  # state: compactions left before the summarizer is tried again
     last_error: str = ""  # state: the last failure, for the user
     failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
+    stood_in: str = ""  # why the offline summary stood in for the model at the last call; "" if it did not
 
     def __call__(self, messages: list[dict], focus: str | None = None) -> str:
         offline = self.offline or summarize_offline
         summarize = self.summarize or (summarize_with_model if model_configured() else offline)
+        self.stood_in = ""
         if summarize is offline or getattr(summarize, "extractive", False):  # no model: nothing to guard
             return summarize(messages, focus)
         if self.skip > 0:
             self.skip -= 1
+            self.stood_in = "the summary model is paused after failing in a row"
             return offline(messages, focus)
         try:
             text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus),
@@ -1206,6 +1209,7 @@ class SummaryGuard:
             print(f"[compact] the summarizer failed ({reason[:120]}){hint}; using the offline summary", file=sys.stderr)
             if self.failures >= self.max_failures:
                 self.failures, self.skip = 0, self.cooldown
+            self.stood_in = "the summary model failed"  # its error stays out of the context: /context shows it
             return offline(messages, focus)
         self.failures = 0
         return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
@@ -1244,13 +1248,15 @@ GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% 
 RECENT_FILES = 5  # the files a ladder's summary names as recently used
 
 
-def replaced_line(middle: list[dict], state: CompactState) -> str:
+def replaced_line(middle: list[dict], state: CompactState, stood_in: str = "") -> str:
     """The summary's first line says what it replaced (messages, tokens, the agent's turns) and
-    when, as the compaction's number, so it can be checked against the archive (lesson 04)."""
+    when, as the compaction's number, so it can be checked against the archive (lesson 04), and
+    when the summary model failed, that this summary was made without it (echo-agent)."""
     turns = sum(1 for m in middle if m.get("role") == "assistant")
     span = f"turns {state.turns + 1}-{state.turns + turns}" if turns else "no agent turns"
+    why = f"; {stood_in}, so the summary below was extracted from the turns without it" if stood_in else ""
     return (f"(Compaction {state.compactions + 1} replaced {len(middle)} messages, "
-            f"~{estimate_tokens(middle):,} tokens, {span}.)")
+            f"~{estimate_tokens(middle):,} tokens, {span}{why}.)")
 
 
 def sawtooth(messages: list[dict], summarize: Callable | None = None, *, threshold: int = THRESHOLD,
@@ -1280,7 +1286,7 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
 
     def summary_of(middle: list[dict]) -> str:
         text = guard(middle, focus)
-        return with_notes(replaced_line(middle, state) + "\n" + text,
+        return with_notes(replaced_line(middle, state, guard.stood_in) + "\n" + text,
                           user_notes(state, stays, room, archive is not None))
     held_ids = {id(h) for h in held}
     base = [m for m in kept if id(m) not in held_ids]
@@ -2061,8 +2067,9 @@ class Compactor:
         if summarize is None:  # a tier that may be discarded archives nothing: _finish archives what left
             self.archive_messages(middle, run)
         focus = run.focus or (content_text(latest) if latest else None)
-        header = replaced_line(middle, self.state)
-        self.state.summary = header + "\n" + (summarize or self.guard)(middle, focus)
+        summarizer = summarize or self.guard
+        text = summarizer(middle, focus)  # the header below says when the offline summary stood in
+        self.state.summary = replaced_line(middle, self.state, getattr(summarizer, "stood_in", "")) + "\n" + text
         self.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
         run.summarized = run.summarized or summarize is None  # the light tier calls no model
         tail = held + tail
@@ -2141,7 +2148,8 @@ class Compactor:
         self.archive_messages(gone, run)
         fresh = [m for m in gone if not is_generated(m) and m is not ACK]
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
-            self.state.summary = self.guard(gone, focus=run.focus)
+            text, why = self.guard(gone, focus=run.focus), self.guard.stood_in
+            self.state.summary = (replaced_line(gone, self.state, why) + "\n") * bool(why) + text
             run.summarized = True
         elif fresh:  # after it, an extractive summary of what leaves now goes below it, with no model call
             offline = getattr(self.guard, "offline", None) or summarize_structured

@@ -50,3 +50,31 @@ def test_drift_check_flags_a_summary_that_reverses_the_users_rule():
         assert line.endswith(compact.UNVERIFIED), line
     assert messages == frozen
     assert summary_text(sawtooth(messages, drifting, threshold=10)) == summary_text(outs[0])  # deterministic
+
+
+def broken(messages, focus=None):
+    raise RuntimeError("upstream 503: secret-body-text")
+
+
+def test_a_summarizer_failure_is_said_in_the_summary_never_passed_off_as_a_summary():
+    """003 echo-agent, 摘要与归档: when the summary model fails the compaction still happens (was_compressed
+    with summary_text None); the summary that stands in says the model failed, in every strategy."""
+    messages = history()
+    frozen = copy.deepcopy(messages)
+    guard = compact.SummaryGuard(broken, max_failures=1, cooldown=2)
+    made = {"sawtooth": sawtooth(messages, guard, threshold=10),
+            "sawtooth, breaker open": sawtooth(messages, guard, threshold=10)}
+    made["layered"] = Compactor(context_window=4_000, reserved_output=500, summarize=broken).compact(messages, force=True)
+    for name in ("echo-agent", "evo-agent"):  # five-layer's light tier calls no model: nothing can fail
+        made[name] = Compactor.from_seed(name, context_window=4_000, reserved_output=500, summarize=broken).compact(
+            messages, force=True)
+    made["last resort"] = Compactor(context_window=4_000, reserved_output=500, summarize=broken).compact(
+        messages, force=True, only=("reasoning", "last resort"))
+    for name, out in made.items():
+        text = summary_text(out)
+        assert "summary model failed" in text or "summary model is paused" in text, (name, text[:300])
+        assert "secret-body-text" not in text, name  # the error itself stays out of the context
+    assert "summary model is paused" in summary_text(made["sawtooth, breaker open"])
+    fine = summary_text(sawtooth(messages, lambda m, f=None: "## Progress\n- Read the logs.", threshold=10))
+    assert "summary model" not in fine  # a summary the model wrote says nothing of the kind
+    assert messages == frozen
