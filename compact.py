@@ -1378,7 +1378,7 @@ def placeholder(call: dict, text: str) -> str:
     """What a masked result says: the call, its size, what to re-run, and what it held that a
     later step may need: a search's match count, the paths it named, its error lines (lesson 05)."""
     lines = text.rstrip("\n").count("\n") + 1
-    kind = {"read_file": f"{len(text):,} chars of the file", "bash": f"{lines:,} lines of output"}
+    kind = {"read_file": f"{len(text):,} chars, {lines:,} lines of the file", "bash": f"{lines:,} lines of output"}
     head = f"{PRUNED} {describe_call(call)}: {kind.get(call_name(call), f'{len(text):,} chars')}"
     if call_name(call) == "bash" and re.search(r"\b(grep|rg|find)\b", describe_call(call, 200)):
         head += f", {lines - 1:,} matches"  # the first line is bash's "exit code N"

@@ -78,3 +78,12 @@ def test_a_summarizer_failure_is_said_in_the_summary_never_passed_off_as_a_summa
     fine = summary_text(sawtooth(messages, lambda m, f=None: "## Progress\n- Read the logs.", threshold=10))
     assert "summary model" not in fine  # a summary the model wrote says nothing of the kind
     assert messages == frozen
+
+
+def test_a_masked_file_read_says_its_size_in_chars_and_lines():
+    """003 echo-agent, 工具剪枝: "[pruned] read_file: read file (12345 chars, 300 lines)"."""
+    text = "\n".join(f"line {i}: " + "x" * 30 for i in range(300))
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "src/app.py"}'}}
+    note = compact.placeholder(call, text)
+    assert note.startswith(f"{compact.PRUNED} read_file(src/app.py): {len(text):,} chars, 300 lines of the file")
+

@@ -147,7 +147,7 @@ LESSONS = [
         "smart-eviction plans with 90,000, the default 100,000",
         "[confidence] - HAT123 departs at 10:40 from gate 7 (confidence: 2 of 3 facts found) (unverified)",
         "[echo-agent] [pruned] bash(grep -rn TODO src): 13 lines of output, 12 matches;",
-        "[echo-agent] [pruned] read_file(src/app.py): 1,920 chars of the file;",
+        "[echo-agent] [pruned] read_file(src/app.py): 1,920 chars, 120 lines of the file;",
         re.compile(r"\[stats\] compactions: 1, tokens saved: [\d,]+; summarizer failures: 1, the last at "
                    r"\d\d:\d\d:\d\d \(RuntimeError: model down\)"),
         "[graded] summary 2: Earlier, in one line: ['I read auth.py.; Decided: compare with <= instead of <.']; Decisions: ['Decided: compare with <= instead of <.']; "
