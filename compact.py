@@ -414,6 +414,28 @@ def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000, head: int 
     return text
 
 
+# --- One message too large (five-layer's snip) -----------------------------------------------
+# Without it: one 30,000-token output the model already read rides along in every request while the
+# history stays under the trigger; five-layer makes one message too large its own trigger.
+
+
+TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
+
+
+def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -> list[dict]:
+    """Each tool output the model has already seen that alone passes `limit` tokens, cut to its head,
+    tail and error lines (a quarter of `limit`), however small the rest is; the newest, unseen batch
+    and precise tools stay whole. The input itself when nothing is that large; the caller archives."""
+    seen = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    out = list(messages)
+    for i, call in pair_tool_results(messages).items():
+        n = text_tokens(content_text(messages[i]))
+        if i < seen and n > limit and call_name(call) not in precise_tools:
+            tag = f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window, so it was cut once read]"
+            out[i] = {**messages[i], "content": tag + "\n" + snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)}
+    return messages if all(a is b for a, b in zip(out, messages)) else out
+
+
 PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
                   r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
 

@@ -87,3 +87,25 @@ def test_a_masked_file_read_says_its_size_in_chars_and_lines():
     note = compact.placeholder(call, text)
     assert note.startswith(f"{compact.PRUNED} read_file(src/app.py): {len(text):,} chars, 300 lines of the file")
 
+
+def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp_path):
+    """001 five-layer, 五层对比: Snip Compact's trigger is 单条消息过大, one message too large, whatever the
+    history weighs. A 30,000-token output the model has read is cut; the archive holds it whole."""
+    import tiny_agent
+    huge = "\n".join(f"row {i}: " + "value " * 12 for i in range(1_700))
+    assert 28_000 < compact.text_tokens(huge) < 34_000
+    messages = [system(), user("Find the slow query."), *tool_turn("c1", "read_file", huge, path="dump.sql"),
+                assistant("The dump is large; next I check the index."), user("Go on.")]
+    unseen = [system(), user("Find the slow query."), *tool_turn("c1", "read_file", huge, path="dump.sql")]
+    frozen = copy.deepcopy(messages)
+    for strategy in ("sawtooth", "layered", "hybrid", "zones", *compact.PRESETS):
+        archive = compact.Archive(tmp_path / f"{strategy}.jsonl")
+        made = tiny_agent.make_compaction(tiny_agent.Config(strategy=strategy), compact.summarize_offline, archive)
+        out = made.fit(messages)
+        text = content_text(out[3])
+        assert text.startswith("[this output alone was ~") and compact.text_tokens(text) < 8_000, strategy
+        assert len(out) == len(messages) and out[4] is messages[4]  # nothing else changed
+        assert any(r["message"]["content"] == huge for r in archive.records()), strategy
+        assert made.fit(unseen) is unseen  # the model has not read it yet: it stays whole
+        assert made.fit(out) is out  # once cut, never cut again
+    assert messages == frozen
