@@ -414,27 +414,6 @@ def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000, head: int 
     return text
 
 
-# --- One message too large (five-layer's snip) -----------------------------------------------
-# Without it: one 30,000-token output the model already read rides along in every request while the
-# history stays under the trigger; five-layer makes one message too large its own trigger.
-
-
-TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
-
-
-def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -> list[dict]:
-    """Each tool output the model has already seen that alone passes `limit` tokens, cut to its head,
-    tail and error lines (a quarter of `limit`), however small the rest is; the newest, unseen batch
-    and precise tools stay whole. The input itself when nothing is that large; the caller archives."""
-    seen = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    out = list(messages)
-    for i, call in pair_tool_results(messages).items():
-        n = text_tokens(content_text(messages[i]))
-        if i < seen and n > limit and call_name(call) not in precise_tools:
-            tag = f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window, so it was cut once read]"
-            out[i] = {**messages[i], "content": tag + "\n" + snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)}
-    return messages if all(a is b for a, b in zip(out, messages)) else out
-
 
 PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
                   r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
@@ -526,6 +505,30 @@ def error_kind(line: str) -> str:
     """An error line with what varies blanked: one line per kind of error is kept, so a test failing
     fifty times (another test, another line number each time) does not push a rare error out."""
     return _VARIES.sub("…", line)
+
+
+# --- One message too large (five-layer's snip) -----------------------------------------------
+# Without it: one 30,000-token output the model already read rides along in every request while the
+# history stays under the trigger; five-layer makes one message too large its own trigger.
+
+
+TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
+
+
+def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -> list[dict]:
+    """Each tool output the model has already seen that alone passes `limit` tokens, cut to its head,
+    tail and error lines (a quarter of `limit`), however small the rest is; the newest, unseen batch
+    and precise tools stay whole. The input itself when nothing is that large; the caller archives."""
+    seen = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    out = list(messages)
+    for i, call in pair_tool_results(messages).items():
+        n = text_tokens(content_text(messages[i]))
+        if i < seen and n > limit and call_name(call) not in precise_tools:
+            tag = (f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window, "
+                   "so it was cut once read]")
+            cut = snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)
+            out[i] = {**messages[i], "content": tag + "\n" + cut}
+    return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
 # --- The summary message, in full (lesson 04) ------------------------------------------------
@@ -1453,13 +1456,22 @@ INTERMEDIATE_TOOLS = ("cache_read", "cache_write")  # five-layer's examples of i
 
 
 def clear_tool_results(messages, tools=INTERMEDIATE_TOOLS):
-    """Results of intermediate tools become `[tool cleared]` once a later turn exists (lesson 07)."""
+    """Five-layer's micro compact: once a later turn exists, an intermediate tool's whole record goes,
+    its result becoming `[tool cleared]` and its call's arguments `{}` (the call's id and name stay,
+    so the pair stays valid) (lesson 07)."""
     pairs = pair_tool_results(messages)
     last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    out = list(messages)
+    out, cleared = list(messages), set()
     for i, call in pairs.items():
-        if i < last_assistant and call_name(call) in tools and len(content_text(messages[i])) > len(CLEARED):
-            out[i] = _with_content(messages[i], CLEARED)
+        if i < last_assistant and call_name(call) in tools:
+            cleared.add(id(call))
+            if len(content_text(messages[i])) > len(CLEARED):
+                out[i] = _with_content(messages[i], CLEARED)
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls") or []
+        if any(id(c) in cleared and (c.get("function") or {}).get("arguments") != "{}" for c in calls):
+            out[i] = {**m, "tool_calls": [{**c, "function": {**(c.get("function") or {}), "arguments": "{}"}}
+                                          if id(c) in cleared else c for c in calls]}
     return out
 
 

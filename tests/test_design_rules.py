@@ -109,3 +109,23 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
         assert made.fit(unseen) is unseen  # the model has not read it yet: it stays whole
         assert made.fit(out) is out  # once cut, never cut again
     assert messages == frozen
+
+
+def test_clearing_an_intermediate_tool_clears_its_whole_record():
+    """001 five-layer, 第三层 Micro Compact: [tool_use: cache_write, params: {...}, result: "ok"] becomes
+    [tool cleared]: the call's parameters go with its result; its id and name keep the pair valid."""
+    messages = [user("Warm the cache."), *tool_turn("k1", "cache_write", "ok", key="users", value="x" * 400),
+                *tool_turn("k2", "cache_read", "value-123 " * 30, key="users"),
+                *tool_turn("k3", "read_file", "print('hi')", path="app.py"), assistant("Cached and read.")]
+    frozen = copy.deepcopy(messages)
+    out = compact.clear_tool_results(messages)
+    for i in (1, 3):
+        call = out[i]["tool_calls"][0]
+        assert call["function"]["arguments"] == "{}" and call["id"] == messages[i]["tool_calls"][0]["id"]
+    assert content_text(out[4]) == compact.CLEARED and out[2]["content"] == "ok"  # "ok" is shorter than the tag
+    assert out[5] is messages[5] and out[6] is messages[6]  # read_file is not intermediate
+    assert compact.find_problems(out) == [] and messages == frozen
+    assert compact.clear_tool_results(out) == out  # cleared once
+    five = Compactor.from_seed("five-layer")
+    cleared = dict((name, step) for name, step, _ in Compactor(layers=("clear",)).steps())["clear"](messages, compact.Pass())
+    assert cleared == out and "clear" in five.layers
