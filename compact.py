@@ -2182,7 +2182,7 @@ class Compactor:
         self.archive_messages(gone, run)
         fresh = [m for m in gone if not is_generated(m) and m is not ACK]
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
-            text, why = self.guard(gone, focus=run.focus), self.guard.stood_in
+            text, why = self.guard(gone, focus=run.focus), getattr(self.guard, "stood_in", "")
             self.state.summary = (replaced_line(gone, self.state, why) + "\n") * bool(why) + text
             run.summarized = True
         elif fresh:  # after it, an extractive summary of what leaves now goes below it, with no model call
@@ -2329,9 +2329,9 @@ PRESETS = {
     # estimates, confidence labels, and a kept window that grows with the task's complexity
     "smart-eviction": dict(policy="zones", weights=Weights(multiply=True), lossy_at=0.75, lossy_resume=0.75,
                            margin=0.10, confidence=True, adaptive_tail=True),
-    # echo-agent's five stages: tool-specific placeholders, dedupe, snip, a summary whose
-    # transcript numbers the turns, and stats that time failures and warn when degraded
-    "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "summary", "last resort")),
+    # echo-agent's five stages: tool-specific placeholders, dedupe, snip, long call arguments cut (its
+    # pruner's too), a summary whose transcript numbers the turns, stats that time failures and warn
+    "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "shorten", "summary", "last resort")),
     # the sawtooth tutorial's closing note: the last messages raw, a rolling summary that
     # grades detail by age
     "sawtooth-tutorial": dict(policy="hybrid", keep_recent=KEEP_RECENT, graded=True),

@@ -129,3 +129,21 @@ def test_clearing_an_intermediate_tool_clears_its_whole_record():
     five = Compactor.from_seed("five-layer")
     cleared = dict((name, step) for name, step, _ in Compactor(layers=("clear",)).steps())["clear"](messages, compact.Pass())
     assert cleared == out and "clear" in five.layers
+
+
+def test_echo_agents_pruner_shortens_long_call_arguments():
+    """003 echo-agent, 工具剪枝: 剪枝器还会截断过长的 tool call arguments: the pruner cuts long arguments too,
+    before any summary."""
+    body = "\n".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(400))
+    messages = [system(), user("Write the helpers, then test them.")]
+    for i in range(8):
+        messages += tool_turn(f"w{i}", "write_file", f"wrote {len(body):,} chars", path=f"src/h{i}.py", content=body)
+    messages += [assistant("All written."), user("Now run the tests.")]
+    frozen = copy.deepcopy(messages)
+    echo = Compactor.from_seed("echo-agent", context_window=46_000, reserved_output=1_000, summarize=drifting)
+    assert "shorten" in [name for name, _, _ in echo.steps()]
+    out = echo.compact(messages)
+    assert not any(is_summary(m) for m in out)  # the pruner alone was enough: no summary
+    written = [c for m in out for c in m.get("tool_calls") or []]
+    assert len(written) == 8 and sum(len(c["function"]["arguments"]) < len(body) // 4 for c in written) >= 5
+    assert compact.find_problems(out) == [] and messages == frozen

@@ -134,7 +134,7 @@ LESSONS = [
         "[steps] evo-agent          reasoning · mask · summary · last resort",
         "[steps] five-layer         reasoning · batch snip+mask+clear+dedupe · light · summary · last resort",
         "[steps] smart-eviction     reasoning · merge · dedupe · clear · mask · snip · shorten · evict · summary",
-        "[steps] echo-agent         reasoning · mask · dedupe · snip · summary · last resort",
+        "[steps] echo-agent         reasoning · mask · dedupe · snip · shorten · summary · last resort",
         "[steps] sawtooth-tutorial  reasoning · summary · last resort",
         "the default changes nothing (True); evo-agent masks 3 of 6 results, the last 3 stay whole",
         "[evo-agent] append_focus: 'Focus of this compaction: the parser module'",
