@@ -1928,6 +1928,8 @@ class Compactor:
     confidence: bool = False  # unverified summary lines say how many of their facts were found
     adaptive_tail: bool = False  # the raw tail grows up to 2x with the task's complexity
     graded: bool = False  # the rolling summary grades detail by age: the oldest in one line
+    tail_from_user: bool = False  # the raw tail starts at a user message, so the summary and its
+    # acknowledgement always come as a pair and the turns still alternate (echo-agent's reassembly)
     state: CompactState = field(default_factory=CompactState)
     guard: SummaryGuard = field(init=False)
     _noted: object = field(default=None, init=False, repr=False, compare=False)  # the last message note_files read
@@ -2072,7 +2074,10 @@ class Compactor:
             used += message_tokens(messages[start])
         while start < len(messages) and messages[start].get("role") == "tool":
             start += 1  # never start inside a tool-call group
-        return head, min(start, find_cut(messages, 1, head))  # the newest group always stays
+        start = min(start, find_cut(messages, 1, head))  # the newest group always stays
+        if self.tail_from_user:  # no user message left in the tail: the latest request moves to its start
+            start = next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"), start)
+        return head, start
 
     def summarize_light(self, messages: list[dict], run: Pass | None = None) -> list[dict]:
         """The light tier: the rolling summary the session already has, updated from the
@@ -2330,8 +2335,10 @@ PRESETS = {
     "smart-eviction": dict(policy="zones", weights=Weights(multiply=True), lossy_at=0.75, lossy_resume=0.75,
                            margin=0.10, confidence=True, adaptive_tail=True),
     # echo-agent's five stages: tool-specific placeholders, dedupe, snip, long call arguments cut (its
-    # pruner's too), a summary whose transcript numbers the turns, stats that time failures and warn
-    "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "shorten", "summary", "last resort")),
+    # pruner's too), a summary whose transcript numbers the turns, always acknowledged (the tail starts
+    # at a user message), stats that time failures and warn
+    "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "shorten", "summary", "last resort"),
+                       tail_from_user=True),
     # the sawtooth tutorial's closing note: the last messages raw, a rolling summary that
     # grades detail by age
     "sawtooth-tutorial": dict(policy="hybrid", keep_recent=KEEP_RECENT, graded=True),

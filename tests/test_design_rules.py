@@ -147,3 +147,27 @@ def test_echo_agents_pruner_shortens_long_call_arguments():
     written = [c for m in out for c in m.get("tool_calls") or []]
     assert len(written) == 8 and sum(len(c["function"]["arguments"]) < len(body) // 4 for c in written) >= 5
     assert compact.find_problems(out) == [] and messages == frozen
+
+
+def test_echo_agent_always_follows_its_summary_with_an_acknowledgement():
+    """003 echo-agent, 消息重组: the summary goes in as a user message, then 系统再插入一条 assistant 确认, always.
+    Its tail starts at a user message, so the pair never breaks the turns' alternation."""
+    import chat_templates
+    messages = [system(), user("Find out why the deploy fails.")]
+    for i in range(14):
+        messages += tool_turn(f"c{i}", "bash", f"log line {i} " * 60, command=f"tail log{i}.txt")
+        messages += [user("Now check the staging config too.")] if i == 9 else []
+    frozen = copy.deepcopy(messages)
+    small = dict(context_window=6_000, reserved_output=500)
+    default = Compactor(**small).compact(messages, force=True)
+    at = next(i for i, m in enumerate(default) if is_summary(m))
+    assert default[at + 1]["role"] == "assistant" and default[at + 1] is not compact.ACK  # the case the rule is about
+    for out in (Compactor.from_seed("echo-agent", **small).compact(messages, force=True),
+                Compactor.from_seed("echo-agent", **small).compact(messages, force=True, only=("last resort",))):
+        at = next(i for i, m in enumerate(out) if is_summary(m))
+        assert out[at + 1] == compact.ACK and out[at + 2]["role"] == "user", [m["role"] for m in out]
+        assert content_text(out[at + 2]) == "Now check the staging config too."  # the latest request, verbatim
+        assert compact.find_problems(out) == []
+        refused = {r["template"] for r in chat_templates.rejections({"messages": out})}
+        assert refused <= {r["template"] for r in chat_templates.rejections({"messages": default})}  # none new
+    assert messages == frozen
