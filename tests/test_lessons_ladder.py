@@ -124,6 +124,7 @@ LESSONS = [
         re.compile(r"precise_tools=\('bash',\) bash results altered while in context: 0 of [1-9]"),
         "snipped (no model)", re.compile(r"\[admit\] run_sql .*verbatim"),
         "[drift] - The timeout is 45 seconds (src/config.py) (unverified)",
+        '[drift] - The user asked to modify the deploy script (the turns say "Do not modify the deploy script") (unverified)',
         "[drift] - 3 tests fail in tests/test_auth.py\n", "[lesson 14] done:",
     ], [], id="14"),
     pytest.param("16_presets.py", [
