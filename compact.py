@@ -414,6 +414,7 @@ def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000, head: int 
     return text
 
 
+
 PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
                   r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
 
@@ -504,6 +505,30 @@ def error_kind(line: str) -> str:
     """An error line with what varies blanked: one line per kind of error is kept, so a test failing
     fifty times (another test, another line number each time) does not push a rare error out."""
     return _VARIES.sub("…", line)
+
+
+# --- One message too large (five-layer's snip) -----------------------------------------------
+# Without it: one 30,000-token output the model already read rides along in every request while the
+# history stays under the trigger; five-layer makes one message too large its own trigger.
+
+
+TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
+
+
+def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -> list[dict]:
+    """Each tool output the model has already seen that alone passes `limit` tokens, cut to its head,
+    tail and error lines (a quarter of `limit`), however small the rest is; the newest, unseen batch
+    and precise tools stay whole. The input itself when nothing is that large; the caller archives."""
+    seen = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    out = list(messages)
+    for i, call in pair_tool_results(messages).items():
+        n = text_tokens(content_text(messages[i]))
+        if i < seen and n > limit and call_name(call) not in precise_tools:
+            tag = (f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window, "
+                   "so it was cut once read]")
+            cut = snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)
+            out[i] = {**messages[i], "content": tag + "\n" + cut}
+    return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
 # --- The summary message, in full (lesson 04) ------------------------------------------------
@@ -924,18 +949,32 @@ def backfill(summary: str, messages: list[dict]) -> str:
 
 
 UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages do not back up
+# What the turns forbid: the action after a negation ("do not modify the deploy script" → "modify the
+# deploy", "不要修改部署脚本" → "修改部署"). A summary that states the action with no negation before it has
+# reversed the rule: echo-agent's own example of drift.
+NEGATED = re.compile(r"\b(?:do not|don't|never|must not|mustn't|should not|shouldn't|may not|not to)\s+"
+                     r"((?:[\w/.-]+[ \t]+){1,2}[\w/.-]+)|(?:不要|别|不许|不准|禁止|不能|不得|勿)([^\W\d_]{4})", re.I)
+NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b|[不别勿]|禁止", re.I)
 
 
 def flag_unverified(summary: str, source: str, confidence: bool = False) -> str:
-    """Drift guard: a summary line whose numbers or paths appear nowhere in its source is marked
-    (unverified), and the next update checks or drops it instead of repeating it. With `confidence`
-    the mark says how many of the line's facts were found (lesson 14)."""
+    """Drift guard: a summary line whose numbers or paths appear nowhere in its source, or that states
+    what the source forbids without the negation, is marked (unverified), and the next update checks
+    or drops it instead of repeating it. With `confidence` the mark says how many of the line's facts
+    were found (lesson 14)."""
+    forbidden = {(m[1] or m[2]).lower(): re.match(r"[^.,;!?。，；！？\n]*", source[m.start():m.start() + 120])[0]
+                 for m in NEGATED.finditer(source)}  # the action, and the rule as the turns word it
     lines = []
     for line in summary.split("\n"):
         checked = re.sub(r"×\d+", "", line)  # "bash ×12" is counted by the summarizer, not quoted
         facts = re.findall(r"\d[\d.,:]*\d|\d", checked) + PATH.findall(checked)
         missing = [f for f in facts if f not in source]
-        if missing and line.startswith("- ") and not line.endswith(UNVERIFIED):
+        low = line.lower()
+        said = [rule for action, rule in forbidden.items() for at in [low.find(action)]
+                if at >= 0 and not NEGATION.search(low[max(0, at - 20):at])]
+        if said and not line.endswith(UNVERIFIED):
+            line += f' (the turns say "{said[0]}") {UNVERIFIED}'
+        elif missing and line.startswith("- ") and not line.endswith(UNVERIFIED):
             found = len(facts) - len(missing)
             line += f" (confidence: {found} of {len(facts)} facts found)" * confidence + " " + UNVERIFIED
         lines.append(line)
@@ -1166,14 +1205,17 @@ class SummaryGuard:
     skip: int = 0  # state: compactions left before the summarizer is tried again
     last_error: str = ""  # state: the last failure, for the user
     failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
+    stood_in: str = ""  # why the offline summary stood in for the model at the last call; "" if it did not
 
     def __call__(self, messages: list[dict], focus: str | None = None) -> str:
         offline = self.offline or summarize_offline
         summarize = self.summarize or (summarize_with_model if model_configured() else offline)
+        self.stood_in = ""
         if summarize is offline or getattr(summarize, "extractive", False):  # no model: nothing to guard
             return summarize(messages, focus)
         if self.skip > 0:
             self.skip -= 1
+            self.stood_in = "the summary model is paused after failing in a row"
             return offline(messages, focus)
         try:
             text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus),
@@ -1191,6 +1233,7 @@ class SummaryGuard:
             print(f"[compact] the summarizer failed ({reason[:120]}){hint}; using the offline summary", file=sys.stderr)
             if self.failures >= self.max_failures:
                 self.failures, self.skip = 0, self.cooldown
+            self.stood_in = "the summary model failed"  # its error stays out of the context: /context shows it
             return offline(messages, focus)
         self.failures = 0
         return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
@@ -1242,13 +1285,15 @@ GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% 
 RECENT_FILES = 5  # the files a ladder's summary names as recently used
 
 
-def replaced_line(middle: list[dict], state: CompactState) -> str:
+def replaced_line(middle: list[dict], state: CompactState, stood_in: str = "") -> str:
     """The summary's first line says what it replaced (messages, tokens, the agent's turns) and
-    when, as the compaction's number, so it can be checked against the archive (lesson 04)."""
+    when, as the compaction's number, so it can be checked against the archive (lesson 04), and
+    when the summary model failed, that this summary was made without it (echo-agent)."""
     turns = sum(1 for m in middle if m.get("role") == "assistant")
     span = f"turns {state.turns + 1}-{state.turns + turns}" if turns else "no agent turns"
+    why = f"; {stood_in}, so the summary below was extracted from the turns without it" if stood_in else ""
     return (f"(Compaction {state.compactions + 1} replaced {len(middle)} messages, "
-            f"~{estimate_tokens(middle):,} tokens, {span}.)")
+            f"~{estimate_tokens(middle):,} tokens, {span}{why}.)")
 
 
 def sawtooth(messages: list[dict], summarize: Callable | None = None, *, threshold: int = THRESHOLD,
@@ -1278,7 +1323,7 @@ def sawtooth(messages: list[dict], summarize: Callable | None = None, *, thresho
 
     def summary_of(middle: list[dict]) -> str:
         text = guard(middle, focus)
-        return with_notes(replaced_line(middle, state) + "\n" + text,
+        return with_notes(replaced_line(middle, state, guard.stood_in) + "\n" + text,
                           user_notes(state, stays, room, archive is not None))
     held_ids = {id(h) for h in held}
     base = [m for m in kept if id(m) not in held_ids]
@@ -1370,7 +1415,7 @@ def placeholder(call: dict, text: str) -> str:
     """What a masked result says: the call, its size, what to re-run, and what it held that a
     later step may need: a search's match count, the paths it named, its error lines (lesson 05)."""
     lines = text.rstrip("\n").count("\n") + 1
-    kind = {"read_file": f"{len(text):,} chars of the file", "bash": f"{lines:,} lines of output"}
+    kind = {"read_file": f"{len(text):,} chars, {lines:,} lines of the file", "bash": f"{lines:,} lines of output"}
     head = f"{PRUNED} {describe_call(call)}: {kind.get(call_name(call), f'{len(text):,} chars')}"
     if call_name(call) == "bash" and re.search(r"\b(grep|rg|find)\b", describe_call(call, 200)):
         head += f", {lines - 1:,} matches"  # the first line is bash's "exit code N"
@@ -1423,13 +1468,22 @@ INTERMEDIATE_TOOLS = ("cache_read", "cache_write")  # five-layer's examples of i
 
 
 def clear_tool_results(messages, tools=INTERMEDIATE_TOOLS):
-    """Results of intermediate tools become `[tool cleared]` once a later turn exists (lesson 07)."""
+    """Five-layer's micro compact: once a later turn exists, an intermediate tool's whole record goes,
+    its result becoming `[tool cleared]` and its call's arguments `{}` (the call's id and name stay,
+    so the pair stays valid) (lesson 07)."""
     pairs = pair_tool_results(messages)
     last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    out = list(messages)
+    out, cleared = list(messages), set()
     for i, call in pairs.items():
-        if i < last_assistant and call_name(call) in tools and len(content_text(messages[i])) > len(CLEARED):
-            out[i] = _with_content(messages[i], CLEARED)
+        if i < last_assistant and call_name(call) in tools:
+            cleared.add(id(call))
+            if len(content_text(messages[i])) > len(CLEARED):
+                out[i] = _with_content(messages[i], CLEARED)
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls") or []
+        if any(id(c) in cleared and (c.get("function") or {}).get("arguments") != "{}" for c in calls):
+            out[i] = {**m, "tool_calls": [{**c, "function": {**(c.get("function") or {}), "arguments": "{}"}}
+                                          if id(c) in cleared else c for c in calls]}
     return out
 
 
@@ -1884,6 +1938,8 @@ class Compactor:
     confidence: bool = False  # unverified summary lines say how many of their facts were found
     adaptive_tail: bool = False  # the raw tail grows up to 2x with the task's complexity
     graded: bool = False  # the rolling summary grades detail by age: the oldest in one line
+    tail_from_user: bool = False  # the raw tail starts at a user message, so the summary and its
+    # acknowledgement always come as a pair and the turns still alternate (echo-agent's reassembly)
     state: CompactState = field(default_factory=CompactState)
     guard: SummaryGuard = field(init=False)
     _noted: object = field(default=None, init=False, repr=False, compare=False)  # the last message note_files read
@@ -2035,7 +2091,10 @@ class Compactor:
             used += message_tokens(messages[start])
         while start < len(messages) and messages[start].get("role") == "tool":
             start += 1  # never start inside a tool-call group
-        return head, min(start, find_cut(messages, 1, head))  # the newest group always stays
+        start = min(start, find_cut(messages, 1, head))  # the newest group always stays
+        if self.tail_from_user:  # no user message left in the tail: the latest request moves to its start
+            start = next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"), start)
+        return head, start
 
     def summarize_light(self, messages: list[dict], run: Pass | None = None) -> list[dict]:
         """The light tier: the rolling summary the session already has, updated from the
@@ -2065,8 +2124,9 @@ class Compactor:
         if summarize is None:  # a tier that may be discarded archives nothing: _finish archives what left
             self.archive_messages(middle, run)
         focus = run.focus or (content_text(latest) if latest else None)
-        header = replaced_line(middle, self.state)
-        self.state.summary = header + "\n" + (summarize or self.guard)(middle, focus)
+        summarizer = summarize or self.guard
+        text = summarizer(middle, focus)  # the header below says when the offline summary stood in
+        self.state.summary = replaced_line(middle, self.state, getattr(summarizer, "stood_in", "")) + "\n" + text
         self.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
         run.summarized = run.summarized or summarize is None  # the light tier calls no model
         tail = held + tail
@@ -2146,7 +2206,8 @@ class Compactor:
         self.archive_messages(gone, run)
         fresh = [m for m in gone if not is_generated(m) and m is not ACK]
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
-            self.state.summary = self.guard(gone, focus=run.focus)
+            text, why = self.guard(gone, focus=run.focus), getattr(self.guard, "stood_in", "")
+            self.state.summary = (replaced_line(gone, self.state, why) + "\n") * bool(why) + text
             run.summarized = True
         elif fresh:  # after it, an extractive summary of what leaves now goes below it, with no model call
             offline = getattr(self.guard, "offline", None) or summarize_structured
@@ -2277,9 +2338,11 @@ PRESETS = {
     # estimates, confidence labels, and a kept window that grows with the task's complexity
     "smart-eviction": dict(policy="zones", weights=Weights(multiply=True), lossy_at=0.75, lossy_resume=0.75,
                            margin=0.10, confidence=True, adaptive_tail=True),
-    # echo-agent's five stages: tool-specific placeholders, dedupe, snip, a summary whose
-    # transcript numbers the turns, and stats that time failures and warn when degraded
-    "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "summary", "last resort")),
+    # echo-agent's five stages: tool-specific placeholders, dedupe, snip, long call arguments cut (its
+    # pruner's too), a summary whose transcript numbers the turns, always acknowledged (the tail starts
+    # at a user message), stats that time failures and warn
+    "echo-agent": dict(layers=("reasoning", "mask", "dedupe", "snip", "shorten", "summary", "last resort"),
+                       tail_from_user=True),
     # the sawtooth tutorial's closing note: the last messages raw, a rolling summary that
     # grades detail by age
     "sawtooth-tutorial": dict(policy="hybrid", keep_recent=KEEP_RECENT, graded=True),

@@ -741,10 +741,10 @@ import threading  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from dataclasses import asdict, fields, replace  # noqa: E402
 
-from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError, check_messages,  # noqa: E402
-                     compaction_stats, content_text, estimate_tokens, is_context_overflow, is_summary, leaving,
-                     model_configured, refused_size, sawtooth, snip_text, SummaryGuard, summarize_offline,
-                     system_head, text_tokens, user_requests)
+from compact import (REASONING_FIELDS, TOO_LARGE_SHARE, Archive, CompactState, ContextOverflowError,  # noqa: E402
+                     check_messages, compaction_stats, content_text, cut_too_large, estimate_tokens,
+                     is_context_overflow, is_summary, leaving, model_configured, refused_size, sawtooth, snip_text,
+                     SummaryGuard, summarize_offline, system_head, text_tokens, user_requests)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -967,6 +967,12 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
     def fit(messages, focus=None, level=0, usage=None):
         window = min(config.context_window, made.state.window or config.context_window)
         messages = fit_user_message(messages, user_room(window, config.reserved_output), archive)
+        if made.name != "none":  # five-layer: one old output too large is cut, whatever the history weighs
+            cut = cut_too_large(messages, int(TOO_LARGE_SHARE * (window - config.reserved_output - SCHEMA_TOKENS)),
+                                config.precise_tools)
+            if cut is not messages and archive is not None:  # whole in the archive before it leaves
+                archive.append(leaving(messages, cut), made.state.compactions + 1)
+            messages = cut
         if level > HARDEST or (level > 1 and made.name == "none"):  # none never compacts, nor cuts
             raise ContextOverflowError(
                 f"the request still does not fit the server's window after compacting it as far as it goes "

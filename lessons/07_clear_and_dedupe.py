@@ -61,7 +61,11 @@ def main() -> None:
     show.banner("clear_tool_results: intermediate results")
     cleared = clear_tool_results(messages)
     for i in changed(messages, cleared):
-        print(f"[clear] #{i} {len(content_text(messages[i])):,} chars → {content_text(cleared[i])!r}")
+        if cleared[i].get("tool_calls"):  # five-layer clears the whole record: the call's arguments too
+            print(f"[clear] #{i} call {describe_call(messages[i]['tool_calls'][0])} → "
+                  f"{describe_call(cleared[i]['tool_calls'][0])}")
+        else:
+            print(f"[clear] #{i} {len(content_text(messages[i])):,} chars → {content_text(cleared[i])!r}")
     print(f"[kept] #{len(messages) - 1} the newest cache_read result stays: no later turn has used it yet")
 
     show.banner("dedupe_tool_results: the same output twice")
@@ -88,7 +92,8 @@ def main() -> None:
     generated = generate_conversation(40, seed=0).messages
     cheap = shorten_tool_arguments(dedupe_tool_results(clear_tool_results(generated)))
     show.sizes("clear+dedupe+shorten", generated, cheap)
-    counts = [len(changed(messages, after)) for after in (cleared, deduped, shortened)]
+    counts = [sum(1 for i in changed(messages, after) if after is not cleared or messages[i].get("role") == "tool")
+              for after in (cleared, deduped, shortened)]  # a cleared record counts once, by its result
     print(f"[lesson 07] done: {counts[0]} cleared, {counts[1]} deduped, {counts[2]} shortened; "
           f"{len(changed(generated, cheap))} messages changed in a generated conversation")
 

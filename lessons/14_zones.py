@@ -100,8 +100,10 @@ def main():
         kept = admit.admit_tool_result(call, log)
         print(f"[admit] {name:<7} {text_tokens(log):,} → {text_tokens(kept):,} tokens; "
               f"error line kept: {'ERROR disk quota' in kept}; {'verbatim' if kept == log else 'snipped (no model)'}")
-    source = "FAILED tests/test_auth.py::test_login\n3 failed, 41 passed\nTIMEOUT = 30  # src/config.py"
-    summary = "- 3 tests fail in tests/test_auth.py\n- The timeout is 45 seconds (src/config.py)"
+    source = ("FAILED tests/test_auth.py::test_login\n3 failed, 41 passed\nTIMEOUT = 30  # src/config.py\n"
+              "Do not modify the deploy script, look at the possible causes first.")  # echo-agent's example
+    summary = ("- 3 tests fail in tests/test_auth.py\n- The timeout is 45 seconds (src/config.py)\n"
+               "- The user asked to modify the deploy script")
     for line in flag_unverified(summary, source).split("\n"):
         print(f"[drift] {line}")
     print(f"\n[lesson 14] done: {compactor.state.compactions} zone passes, "

@@ -216,7 +216,7 @@ def test_old_results_become_one_line_that_says_how_to_get_them_back():
     first = results_of(out)[0]["content"]
     original = results_of(messages)[0]["content"]
     # the placeholder is tool-specific now: a read_file result is counted in chars of the file
-    assert first == (f"[pruned] read_file(src/mod0.py): {len(original):,} chars of the file; "
+    assert first == (f"[pruned] read_file(src/mod0.py): {len(original):,} chars, 60 lines of the file; "
                      "re-run the call to see it again")
     assert "\n" not in first
 
@@ -247,7 +247,7 @@ def test_placeholder_text_is_tool_specific():
     read = placeholder(call("r", "read_file", path="src/app.py"), output)
     shell = placeholder(call("b", "bash", command="make"), output)
     other = placeholder(call("q", "query_db", sql="select 1"), output)
-    assert read.startswith("[pruned] read_file(src/app.py): 6,000 chars of the file;")
+    assert read.startswith("[pruned] read_file(src/app.py): 6,000 chars, 1,000 lines of the file;")
     assert shell.startswith("[pruned] bash(make): 1,000 lines of output;")
     assert other.startswith("[pruned] query_db(select 1): 6,000 chars;")
     assert "matches" not in read + shell + other  # only a search reports matches

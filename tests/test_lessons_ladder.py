@@ -124,6 +124,7 @@ LESSONS = [
         re.compile(r"precise_tools=\('bash',\) bash results altered while in context: 0 of [1-9]"),
         "snipped (no model)", re.compile(r"\[admit\] run_sql .*verbatim"),
         "[drift] - The timeout is 45 seconds (src/config.py) (unverified)",
+        '[drift] - The user asked to modify the deploy script (the turns say "Do not modify the deploy script") (unverified)',
         "[drift] - 3 tests fail in tests/test_auth.py\n", "[lesson 14] done:",
     ], [], id="14"),
     pytest.param("16_presets.py", [
@@ -134,7 +135,7 @@ LESSONS = [
         "[steps] evo-agent          reasoning · mask · summary · last resort",
         "[steps] five-layer         reasoning · batch snip+mask+clear+dedupe · light · summary · last resort",
         "[steps] smart-eviction     reasoning · merge · dedupe · clear · mask · snip · shorten · evict · summary",
-        "[steps] echo-agent         reasoning · mask · dedupe · snip · summary · last resort",
+        "[steps] echo-agent         reasoning · mask · dedupe · snip · shorten · summary · last resort",
         "[steps] sawtooth-tutorial  reasoning · summary · last resort",
         "the default changes nothing (True); evo-agent masks 3 of 6 results, the last 3 stay whole",
         "[evo-agent] append_focus: 'Focus of this compaction: the parser module'",
@@ -147,7 +148,7 @@ LESSONS = [
         "smart-eviction plans with 90,000, the default 100,000",
         "[confidence] - HAT123 departs at 10:40 from gate 7 (confidence: 2 of 3 facts found) (unverified)",
         "[echo-agent] [pruned] bash(grep -rn TODO src): 13 lines of output, 12 matches;",
-        "[echo-agent] [pruned] read_file(src/app.py): 1,920 chars of the file;",
+        "[echo-agent] [pruned] read_file(src/app.py): 1,920 chars, 120 lines of the file;",
         re.compile(r"\[stats\] compactions: 1, tokens saved: [\d,]+; summarizer failures: 1, the last at "
                    r"\d\d:\d\d:\d\d \(RuntimeError: model down\)"),
         "[graded] summary 2: Earlier, in one line: ['I read auth.py.; Decided: compare with <= instead of <.']; Decisions: ['Decided: compare with <= instead of <.']; "

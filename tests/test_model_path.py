@@ -129,7 +129,7 @@ def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_ope
     messages = work(20)  # 42 messages: the tail is the last 6, from index 36; the task is in the middle
     failure(fake_openai, monkeypatch)
     note = "The user's task, verbatim:\nRead the notes and tell me what they say."  # the only request: task and latest
-    header = replaced_line(messages[1:36], CompactState())
+    header = replaced_line(messages[1:36], CompactState(), "the summary model failed")  # the summary says so
     assert sawtooth(messages) == [SYSTEM, summary_message(with_notes(header + "\n" + summarize_offline(messages[1:36]),
                                                                      note)), *messages[36:]]
     assert "[compact] the summarizer failed" in capsys.readouterr().err
