@@ -38,11 +38,16 @@ def work(steps: int) -> list[dict]:
     return messages
 
 
+HELD: list[socket.socket] = []  # bound and never listening, for the rest of the run
+
+
 def closed_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that refuses every connection. Its socket stays bound, so no server another
+    test starts (pytest-xdist runs several at once) can be given the same port and answer instead."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    HELD.append(s)
+    return s.getsockname()[1]
 
 
 def summaries(body: dict) -> tuple[int, dict]:
