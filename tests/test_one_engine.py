@@ -3,7 +3,6 @@ calls), and one validator: a forced compaction always returns a valid list, orph
 
 from __future__ import annotations
 
-import gc
 import json
 
 import compact
@@ -87,28 +86,6 @@ def test_the_validator_returns_a_valid_list_itself():
 def test_mask_secrets_is_linear_on_one_long_word():
     import benchmark
     assert benchmark.secrets_ratio(20_000)["ratio"] <= 2  # it was quadratic: ~1,000× at this size
-
-
-def test_the_last_resort_is_linear_in_the_precise_results_it_keeps():
-    """The last resort keeps every result of a precise tool; it tested each message against the
-    latest turn and the kept results one by one (15 to 20 times the time for 4 times the results)."""
-    import benchmark
-
-    def seconds(n: int) -> float:
-        queries = [m for i in range(n) for m in (
-            {"role": "assistant", "content": None, "tool_calls": [call(f"c{i}", "run_sql", q=f"select {i}")]},
-            {"role": "tool", "tool_call_id": f"c{i}", "content": f"row {i}"})]
-        messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}, *queries,
-                    {"role": "user", "content": "next"}]
-        compactor = compact.Compactor(context_window=400_000, reserved_output=1_000, precise_tools=("run_sql",))
-        compactor.last_resort(messages)  # the token counts, memoized before the clock starts
-        gc.collect()
-        gc.disable()  # as benchmark.linearity times: a collection inside one run is not the code's time
-        try:
-            return benchmark.best_time(lambda: compactor.last_resort(messages), number=1, repeat=3)
-        finally:
-            gc.enable()
-    assert seconds(8_000) / seconds(2_000) <= 8  # linear: about 4; quadratic: about 16
 
 
 def test_a_messages_tokens_are_counted_once(monkeypatch):
