@@ -414,7 +414,6 @@ def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000, head: int 
     return text
 
 
-
 PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
                   r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
 
@@ -524,8 +523,8 @@ def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -
     for i, call in pair_tool_results(messages).items():
         n = text_tokens(content_text(messages[i]))
         if i < seen and n > limit and call_name(call) not in precise_tools:
-            tag = (f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window, "
-                   "so it was cut once read]")
+            tag = (f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window's room for "
+                   "messages, so it was cut once read]")
             cut = snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)
             out[i] = {**messages[i], "content": tag + "\n" + cut}
     return messages if all(a is b for a, b in zip(out, messages)) else out
@@ -1963,9 +1962,8 @@ class Compactor:
 
     @property
     def budget(self) -> Budget:
-        return Budget(min(self.context_window, self.state.window or self.context_window), self.reserved_output,
-                      self.trigger, self.target,
-                      self.fixed_tokens, self.margin)
+        window = min(self.context_window, self.state.window or self.context_window)  # a refusal may name less
+        return Budget(window, self.reserved_output, self.trigger, self.target, self.fixed_tokens, self.margin)
 
     @property
     def report(self) -> list[tuple[str, int, int, float]]:
