@@ -927,6 +927,11 @@ TRIGGER = 0.7  # the sawtooth's token net: compact when the request passes this 
 HARDEST = 3  # levels: 1 the strategy, now; 2 its smallest form; 3 every long message but the user's cut
 
 
+def window_in_use(config: Config, state: CompactState) -> int:
+    """CONTEXT_WINDOW, or the smaller window a server's refusal named (narrow keeps it in the state)."""
+    return state.window or config.context_window
+
+
 def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
     """compact.sawtooth with the card's rule, the token net at TRIGGER of the window, the server's
     count as the truth about size, and the archive written before the summarizer runs."""
@@ -934,7 +939,7 @@ def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | 
     guard = SummaryGuard(summarize, state=state)  # one for the session: it waits after failures in a row
 
     def fit(messages, focus=None, level=0, usage=None):
-        window = min(config.context_window, state.window or config.context_window)  # a refusal may name less
+        window = window_in_use(config, state)
         limit = int(TRIGGER * (window - config.reserved_output)) - SCHEMA_TOKENS  # the messages' share
         tokens = request_tokens(messages, usage) - SCHEMA_TOKENS
         with waiting(label="compacting"):
@@ -965,7 +970,7 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
         return server_refused(error)
 
     def fit(messages, focus=None, level=0, usage=None):
-        window = min(config.context_window, made.state.window or config.context_window)
+        window = window_in_use(config, made.state)
         messages = fit_user_message(messages, user_room(window, config.reserved_output), archive)
         if made.name != "none":  # five-layer: one old output too large is cut, whatever the history weighs
             cut = cut_too_large(messages, int(TOO_LARGE_SHARE * (window - config.reserved_output - SCHEMA_TOKENS)),
@@ -1003,7 +1008,7 @@ def window_said(error: Exception) -> int | None:
 def narrow(state: CompactState, config: Config, window: int | None, log=print) -> None:
     """A server that names a smaller window than CONTEXT_WINDOW: every strategy compacts for that
     window from now on (it is kept in the state, so --resume keeps it), and the user is told once."""
-    if window and window < (state.window or config.context_window):
+    if window and window < window_in_use(config, state):
         state.window = window
         log(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={config.context_window:,}: "
             f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
@@ -1437,7 +1442,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
     kinds = {"system prompt": 0, "tool schemas": SCHEMA_TOKENS, "summary": 0, "pinned constraints": 0,
              "tool results": 0, "other messages": 0}
     c = session.compaction
-    config = replace(config, context_window=c.state.window or config.context_window)  # what a refusal named
+    config = replace(config, context_window=window_in_use(config, c.state))
     for i, m in enumerate(session.messages):
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")
