@@ -743,8 +743,9 @@ from dataclasses import asdict, fields, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, TOO_LARGE_SHARE, Archive, CompactState, ContextOverflowError,  # noqa: E402
                      check_messages, compaction_stats, content_text, cut_too_large, estimate_tokens,
-                     is_context_overflow, is_summary, leaving, model_configured, refused_size, sawtooth, snip_text,
-                     SummaryGuard, summarize_offline, system_head, text_tokens, user_requests)
+                     is_context_overflow, is_summary, leaving, model_configured, refused_size, snip_text,
+                     summarize_offline, system_head, text_tokens, user_requests, POLICIES, PRESETS, Compactor, pins_text,
+                     admit_tool_result)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -923,7 +924,6 @@ def server_refused(error: Exception) -> int | None:
 
 # --- Strategies: the one place that maps --strategy to a compaction (lessons 02-03) ----------
 
-TRIGGER = 0.7  # the sawtooth's token net: compact when the request passes this share of the window
 HARDEST = 3  # levels: 1 the strategy, now; 2 its smallest form; 3 every long message but the user's cut
 
 
@@ -932,21 +932,38 @@ def window_in_use(config: Config, state: CompactState) -> int:
     return state.window or config.context_window
 
 
-def sawtooth_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
-    """compact.sawtooth with the card's rule, the token net at TRIGGER of the window, the server's
-    count as the truth about size, and the archive written before the summarizer runs."""
-    state = CompactState()
-    guard = SummaryGuard(summarize, state=state)  # one for the session: it waits after failures in a row
+def engine_compaction(config: Config, summarize: Callable, archive: Archive | None,
+                      ws: Workspace | None = None) -> Compaction:
+    """compact.Compactor with the policy --strategy names (the sawtooth by default): the card's rule,
+    the server's count as the truth about size, level 2 straight to the last resort, the recent files
+    it re-attaches read from the workspace, and a large new tool output admitted as the policy says."""
+    compactor = Compactor(context_window=config.context_window, reserved_output=config.reserved_output,
+                          policy=config.strategy, fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
+                          reattach=(lambda path: current_text(ws, path)) if ws else None,
+                          precise_tools=config.precise_tools, **({} if config.strategy in PRESETS else dict(
+                              threshold=config.threshold, keep_recent=config.keep_recent)))
 
     def fit(messages, focus=None, level=0, usage=None):
-        window = window_in_use(config, state)
-        limit = int(TRIGGER * (window - config.reserved_output)) - SCHEMA_TOKENS  # the messages' share
-        tokens = request_tokens(messages, usage) - SCHEMA_TOKENS
         with waiting(label="compacting"):
-            return sawtooth(messages, guard, threshold=config.threshold, keep_recent=1 if level >= 2 else
-                            config.keep_recent, max_tokens=limit, tokens=tokens, focus=focus, force=level >= 1,
-                            state=state, archive=archive, precise_tools=config.precise_tools)
-    return Compaction("sawtooth", fit, state=state, archive=archive, guard=guard)
+            if level >= 2:  # straight to the last resort: the pins, the summary and the latest turn
+                return compactor.compact(messages, focus=focus, force=True, only=("reasoning", "last resort"))
+            return compactor.compact(messages, focus=focus, force=level >= 1,
+                                     used=request_tokens(messages, usage) if usage else None)
+
+    def meter(messages):
+        head = estimate_tokens(messages[:system_head(messages)]) - 3
+        trigger = int(compactor.trigger * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
+        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9))
+    return Compaction(config.strategy, fit, admit=lambda call, output: admit_tool_result(compactor, call, output),
+                      state=compactor.state, archive=archive, meter=meter, guard=compactor.guard)
+
+
+def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
+    """A file's current text for the engine to re-attach after a compaction, or None."""
+    try:
+        return whole_text(ws, path, max_chars)
+    except (ToolError, OSError, ValueError):
+        return None
 
 
 def no_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
@@ -954,7 +971,8 @@ def no_compaction(config: Config, summarize: Callable, archive: Archive | None, 
     return Compaction("none", lambda messages, focus=None, level=0, usage=None: messages, state=CompactState())
 
 
-STRATEGIES: dict[str, Callable[..., Compaction]] = {"sawtooth": sawtooth_compaction, "none": no_compaction}
+STRATEGIES: dict[str, Callable[..., Compaction]] = {"none": no_compaction,
+                                                   **{name: engine_compaction for name in POLICIES}}
 
 
 def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
@@ -1447,9 +1465,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")
         kinds[kind] += estimate_tokens([m]) - 3
-    trigger, pins = c.meter(session.messages) if c.meter else (
-        config.context_window if c.name == "none" else int(TRIGGER * (config.context_window - config.reserved_output)),
-        0)
+    trigger, pins = c.meter(session.messages) if c.meter else (config.context_window, 0)
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
     window, total = config.context_window, sum(kinds.values())
@@ -1460,8 +1476,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
         counted = f"; the server counted {n:,} for the last request" + ("" if current else ", before a compaction")
     lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + (
-        f" ({TRIGGER:.0%} of the window less the {config.reserved_output:,} kept for the reply)" if c.name == "sawtooth"
-        else "") + counted]
+        f" (of the window, less the {config.reserved_output:,} kept for the reply)" if c.meter else "") + counted]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
@@ -1844,48 +1859,6 @@ def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:
 # ════════════════════════════════════════════════════════════════════════════════════════════
 # Layer 3 · The ladder: compact.py's Part III as strategies of the agent (lessons 05-16)
 # ════════════════════════════════════════════════════════════════════════════════════════════
-
-from compact import POLICIES, PRESETS, Compactor, pins_text  # noqa: E402
-
-
-def ladder_compaction(config: Config, summarize: Callable, archive: Archive | None,
-                      ws: Workspace | None = None) -> Compaction:
-    """A Compactor for --strategy layered|hybrid|zones or a design document's preset: the server's
-    count calibrates it, level 2 goes straight to the last resort, the recent files it re-attaches
-    are read from the workspace, and zones summarizes a large tool output as it enters."""
-    settings = dict(context_window=config.context_window, reserved_output=config.reserved_output,
-                    fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
-                    reattach=(lambda path: current_text(ws, path)) if ws else None)
-    if config.precise_tools:
-        settings["precise_tools"] = config.precise_tools
-    compactor = (Compactor.from_seed(config.strategy, **settings) if config.strategy in PRESETS else
-                 Compactor(policy=config.strategy, keep_recent=config.keep_recent, **settings))
-
-    def fit(messages, focus=None, level=0, usage=None):
-        if level >= 2:  # straight to the last resort: the pins, the summary and the latest turn
-            return compactor.compact(messages, focus=focus, force=True, only=("reasoning", "last resort"))
-        return compactor.compact(messages, focus=focus, force=level >= 1,
-                                 used=request_tokens(messages, usage) if usage else None)
-
-    def meter(messages):
-        start = compactor.lossless_at if compactor.policy == "zones" else compactor.trigger
-        head = estimate_tokens(messages[:system_head(messages)]) - 3
-        trigger = int(start * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
-        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9))
-    admit = compactor.admit_tool_result if compactor.policy == "zones" else (lambda call, output: output)
-    return Compaction(config.strategy, fit, admit=admit, state=compactor.state, archive=archive, meter=meter,
-                      guard=compactor.guard)
-
-
-def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
-    """A file's current text for the ladder to re-attach after a compaction, or None."""
-    try:
-        return whole_text(ws, path, max_chars)
-    except (ToolError, OSError, ValueError):
-        return None
-
-
-STRATEGIES.update({name: ladder_compaction for name in (*POLICIES, *PRESETS)})
 
 if __name__ == "__main__":
     sys.exit(main())

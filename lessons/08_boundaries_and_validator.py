@@ -45,7 +45,7 @@ def naive_tail_start(messages, head, budget):
 
 
 def show_boundaries(messages):
-    compactor = Compactor(context_window=16_000, reserved_output=2_000)
+    compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000)
     head, tail = compactor.boundaries(messages)
     part = lambda a, b: f"{b - a:>3} messages, ~{sum(map(message_tokens, messages[a:b])):,} tokens"
     print(f"[head]   messages 0-{head - 1}: {part(0, head)} (system prompt + task, kept verbatim)")

@@ -21,7 +21,7 @@ What changed since lesson 08: cutting is now reversible; nothing that leaves is 
 Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
 Explains compact.py Part II ("The archive"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE;
-  ("Valid lists"): leaving; Part III ("The ladder"): Compactor(archive=...); tiny_agent.py Layer 1 ("Tools"):
+  ("Valid lists"): leaving; Part III ("The ladder"): Compactor(policy="layered", archive=...); tiny_agent.py Layer 1 ("Tools"):
   Workspace(archive=...), run_tool; Layer 2 ("Requests"): recall; ("Sessions"):
   new_session(archive_dir=...).
 Run: python lessons/09_archive_and_recall.py
@@ -54,7 +54,7 @@ def main():
     messages = with_secret(conversation.messages)
     with tempfile.TemporaryDirectory() as folder:
         archive = Archive.in_folder(Path(folder) / "archive")
-        compactor = Compactor(context_window=16_000, reserved_output=2_000, archive=archive)
+        compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000, archive=archive)
         show.banner("1. Compact, archiving what leaves")
         out = compactor.compact(messages)
         show.sizes("compact", messages, out)

@@ -67,7 +67,7 @@ def start():
 
 def main():
     show.banner("1. Five compactions: what stays pinned")
-    compactor = Compactor(context_window=4_000, reserved_output=500)
+    compactor = Compactor(policy="layered", context_window=4_000, reserved_output=500)
     messages, n, kept = start(), 0, {rule: 0 for rule in USER_RULES}
     while compactor.state.compactions < 5:
         n += 1

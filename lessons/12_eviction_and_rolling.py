@@ -58,7 +58,7 @@ def main():
     show.banner("2. Evict by importance to a token target")
     conversation = generate_conversation(60, seed=4)
     messages = conversation.messages
-    head, tail = Compactor(context_window=64_000).boundaries(messages)
+    head, tail = Compactor(policy="layered", context_window=64_000).boundaries(messages)
     target = int(TARGET_SHARE * estimate_tokens(messages))
     out = evict_by_importance(messages, target, head, tail)
     show.sizes("evict", messages, out)

@@ -87,7 +87,7 @@ def main():
         rows.append((compactor.state.compactions, before, after, list(compactor.report)))
 
     def make(summarizer):  # the benchmark's CountingSummarizer counts every call of the guard
-        return counted(Compactor(context_window=WINDOW, reserved_output=WINDOW // 8), summarizer)
+        return counted(Compactor(policy="layered", context_window=WINDOW, reserved_output=WINDOW // 8), summarizer)
     compactor, run, summarizer = show.watch(generate_conversation(250, seed=3).messages, make, on_compaction)
     below = mask_only = 0
     for n, before, after, report in rows:
@@ -123,7 +123,7 @@ def main():
     raised = 0
     for name, messages in (("after 20 turns", generate_conversation(20, seed=1).messages + [huge]),
                            ("as the first task", [system, huge])):
-        compactor = Compactor(context_window=16_000, reserved_output=2_000)
+        compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000)
         try:
             out = compactor.compact(messages)
             print(f"[overflow] {name}: NOT raised; compact returned ~{estimate_tokens(out):,} tokens "
@@ -145,7 +145,7 @@ def main():
     light_kept = 0
     for target in LIGHT_TARGETS:
         model = stand_in_model()
-        compactor = Compactor(context_window=40_000, reserved_output=4_000, target=target, summarize=model,
+        compactor = Compactor(policy="layered", context_window=40_000, reserved_output=4_000, target=target, summarize=model,
                               layers=("reasoning", "light", "summary", "last resort"))
         compactor.compact(messages)
         goal = int(target * compactor.budget.effective(messages))
@@ -161,7 +161,7 @@ def main():
 
     def broken(messages, focus=None):
         raise ConnectionError("connection reset by peer")
-    compactor = Compactor(context_window=16_000, reserved_output=2_000, summarize=broken)
+    compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000, summarize=broken)
     for n in range(1, 4):  # three forced compactions, each one reaches the summary rung
         compactor.compact(generate_conversation(20, seed=1).messages, force=True)
         print(f"[stats] after failure {n}: " + compaction_stats(compactor.state, compactor.guard).replace("\n", "\n  "))

@@ -6,7 +6,7 @@ lessons 05-14 but not the order, the numbers or a few extra behaviours; rebuilt 
 would be a guess at its design.
 
 How it works: compact.PRESETS writes each document's ladder down as Compactor settings, its numbers
-in a comment beside it, and Compactor.from_seed(name, **overrides) builds it:
+in a comment beside it, and Compactor(policy=name, **overrides) builds it:
 
     evo-agent          000  reasoning → mask (before EVERY call, last 3 whole) → summary + focus → last resort
     five-layer         001  reasoning → [snip 100/20 + mask + clear + dedupe: one batch, kept if ≥ 2,000 tok]
@@ -22,7 +22,7 @@ parts 2-6 show each seed's signature behaviour on a tiny input.
 
 What changed since lesson 15: the benchmark compared our own policies; here each design document's
 ladder, built from its own settings, runs on the same conversation.
-Try it: set TURNS to 250 or WINDOW to 64_000; Compactor.from_seed("five-layer", cache_min_tokens=0).
+Try it: set TURNS to 250 or WINDOW to 64_000; Compactor(policy="five-layer", cache_min_tokens=0).
 Explains compact.py Part III ("Presets"): PRESETS, Compactor.from_seed; ("The ladder"): batched,
   cache_min_tokens, Compactor.premask (mask_every_call), append_focus, Compactor.summarize_light,
   task_complexity (adaptive_tail); ("Eviction and the rolling window"):
@@ -57,12 +57,12 @@ def say(text):
 
 
 def preset_run(name, conversation):
-    """Replay the conversation through Compactor.from_seed(name), its summaries counted."""
+    """Replay the conversation through Compactor(policy=name), its summaries counted."""
     box = {"premasks": 0, "reports": []}
 
     def begin(summarizer):
         compactor = box["compactor"] = counted(
-            Compactor.from_seed(name, context_window=WINDOW, reserved_output=WINDOW // 4), summarizer)
+            Compactor(policy=name, context_window=WINDOW, reserved_output=WINDOW // 4), summarizer)
 
         def compact(history):
             done = compactor.state.compactions
@@ -94,17 +94,17 @@ def main():
 
     show.banner("2. evo-agent (seed 000): mask before every call; the focus")
     messages = [*start(), *reads(6)]
-    plain, evo = Compactor(context_window=200_000), Compactor.from_seed("evo-agent", context_window=200_000)
+    plain, evo = Compactor(context_window=200_000), Compactor(policy="evo-agent", context_window=200_000)
     out = evo.compact(messages)
     print(f"[evo-agent] at {evo.budget.history(messages) / evo.budget.effective(messages):.0%} of the window the "
           f"default changes nothing ({plain.compact(messages) is messages}); evo-agent masks "
           f"{sum(content_text(m).startswith(PRUNED) for m in out)} of 6 results, the last 3 stay whole")
-    small = Compactor.from_seed("evo-agent", context_window=8_000, reserved_output=500)
+    small = Compactor(policy="evo-agent", context_window=8_000, reserved_output=500)
     summary = content_text(small.compact([*start(), *reads(30)], focus="the parser module", force=True)[2])
     print(f"[evo-agent] append_focus: {next(line for line in summary.splitlines() if 'Focus' in line)!r}")
 
     show.banner("3. five-layer (seed 001): snip 100/20, cache first, the light tier")
-    five = Compactor.from_seed("five-layer")
+    five = Compactor(policy="five-layer")
     batch, step, _ = five.steps()[1]
     log = "\n".join(f"line {i}" for i in range(3_000))
     lines = content_text(step([*start("Why does the job fail?"), *show.step("c1", "bash", log, command="cat job.log"),
@@ -124,7 +124,7 @@ def main():
     routine = [m for i in range(8) for m in show.step(f"l{i}", "bash", "ok " * 300, command=f"ls dir{i}")]
     messages = [*start("比较方案A和方案B，然后实现。"), *routine[:8], say(DECISION), *routine[8:],
                 {"role": "user", "content": "继续。"}]
-    smart = Compactor.from_seed("smart-eviction", context_window=int(estimate_tokens(messages) / 0.9),
+    smart = Compactor(policy="smart-eviction", context_window=int(estimate_tokens(messages) / 0.9),
                                 reserved_output=0)
     texts = [content_text(m) for m in smart.evict(messages)]
     print(f"[smart-eviction] importance (role × (1 + recency) × 1.5 a kind): the decision "
@@ -136,19 +136,19 @@ def main():
                                                            {"role": "user", "content": f"Fine, go on {i}."})]]
     window, lossy = int(estimate_tokens(messages) / 0.8), {"snip", "shorten", "evict", "summary", "last resort"}
     for label, c in (("zones default", Compactor(policy="zones", context_window=window, reserved_output=0)),
-                     ("smart-eviction", Compactor.from_seed("smart-eviction", context_window=window,
+                     ("smart-eviction", Compactor(policy="smart-eviction", context_window=window,
                                                             reserved_output=0, margin=0.0))):
         c.compact(messages)  # talk only, nothing lossless to do, at 80% of the window
         print(f"[zones] at 80%: {label:<15} lossy from {c.lossy_at:.0%}: ran "
               f"{', '.join(n for n, *_ in c.report if n in lossy) or 'no lossy step'}")
-    effective = [c.budget.effective([]) for c in (Compactor.from_seed("smart-eviction", context_window=100_000,
+    effective = [c.budget.effective([]) for c in (Compactor(policy="smart-eviction", context_window=100_000,
                                                                       reserved_output=0),
                                                   Compactor(context_window=100_000, reserved_output=0))]
     print(f"[margin] a 100,000-token window: smart-eviction plans with {effective[0]:,}, the default {effective[1]:,}")
     print(f"[confidence] {flag_unverified('- HAT123 departs at 10:40 from gate 7', 'HAT123 gate 7', smart.confidence)}")
     tails = [len(conversation.messages) - c.boundaries(conversation.messages)[1] for c in (
         Compactor(policy="zones", context_window=WINDOW, reserved_output=WINDOW // 4),
-        Compactor.from_seed("smart-eviction", context_window=WINDOW, reserved_output=WINDOW // 4))]
+        Compactor(policy="smart-eviction", context_window=WINDOW, reserved_output=WINDOW // 4))]
     print(f"[adaptive] part 1's task: task_complexity {task_complexity(conversation.messages):.2f}; raw tail "
           f"{tails[0]} messages by default, {tails[1]} with adaptive_tail")
 
@@ -156,18 +156,18 @@ def main():
     grep = "exit code 0\n" + "\n".join(f"src/m{i}.py:{i + 3}: # TODO: handle a missing value" for i in range(12))
     messages = [*start(), *show.step("g", "bash", grep, command="grep -rn TODO src"),
                 *show.step("f", "read_file", "def load(item):\n    return item\n" * 60, path="src/app.py"), *reads(3)]
-    mask = {name: step for name, step, _ in Compactor.from_seed("echo-agent").steps()}["mask"]
+    mask = {name: step for name, step, _ in Compactor(policy="echo-agent").steps()}["mask"]
     for m in mask(messages, Pass())[3:6:2]:
         print(f"[echo-agent] {content_text(m).splitlines()[0]}")
 
     def broken(messages, focus=None):
         raise RuntimeError("model down")
-    echo = Compactor.from_seed("echo-agent", context_window=4_000, reserved_output=500, summarize=broken)
+    echo = Compactor(policy="echo-agent", context_window=4_000, reserved_output=500, summarize=broken)
     echo.compact([*start(), *reads(10, 60)], force=True)
     print(f"[stats] {compaction_stats(echo.state, echo.guard)}")
 
     show.banner("6. sawtooth-tutorial (seed 004): the graded rolling summary")
-    saw, tests = Compactor.from_seed("sawtooth-tutorial", keep_recent=2), "collected 40 items\n" + "." * 40 + "\n"
+    saw, tests = Compactor(policy="sawtooth-tutorial", keep_recent=2), "collected 40 items\n" + "." * 40 + "\n"
     messages = [*start("Fix the login bug."), *show.step("t0", "read_file", "def check(token, now):\n    return "
                 "token.expiry < now\n" * 20, path="src/auth.py", text="I read auth.py. The token check is wrong."),
                 say("Decided: compare with <= instead of <."),

@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compact import (IDENTIFIER, LAYERS, PRESETS, SECTIONS_PROMPT, CompactState, Compactor, ContextOverflowError,
+from compact import (IDENTIFIER, POLICIES, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
-                     mask_old_tool_results, mask_secrets, message_tokens, reasoning_text, sawtooth,
+                     mask_old_tool_results, mask_secrets, message_tokens, reasoning_text, admit_tool_result,
                      summarize_offline, summarize_structured, summary_body, summary_request, text_tokens,
                      transcript_chunks)
 from conversations import generate_conversation, generate_thinking_conversation, load_trajectories
@@ -64,13 +64,18 @@ class CountingSummarizer:
         self.summarize = summarize or SUMMARIZE
         self.calls = self.input_tokens = self.output_tokens = 0
 
-    def __call__(self, messages: list[dict], focus: str | None = None) -> str:
-        text = self.summarize(messages, focus)
-        requests = model_requests(messages, focus, text)
+    def __call__(self, messages: list[dict], focus: str | None = None, request: str | None = None) -> str:
+        guard = hasattr(self.summarize, "stood_in")  # a Compactor's guard takes the latest request too
+        text = self.summarize(messages, focus, request) if guard else self.summarize(messages, focus)
+        requests = model_requests(messages, focus or request, text)
         self.calls += 1
         self.input_tokens += sum(estimate_tokens(r) for r in requests)
         self.output_tokens += len(requests) * estimate_tokens(text)  # each piece's answer: about this long
         return text
+
+    @property
+    def stood_in(self) -> str:
+        return getattr(self.summarize, "stood_in", "")
 
     @property
     def open(self) -> bool:
@@ -131,23 +136,23 @@ def sliding_window(history: list[dict], last: int) -> list[dict]:
 
 
 def ladder(policy: str, window: int, name: str | None = None, skip: tuple[str, ...] = (),
-           **settings) -> Strategy:
+           summarize: Callable | None = LADDER_SUMMARIZE, **settings) -> Strategy:
     """A Compactor policy at `window` (a quarter reserved for the answer), its summaries counted;
     `skip` names rungs left out (the Compactor's `layers` are the policy's others, in order);
     `settings` go to Compactor."""
-    layers = tuple(step for step in LAYERS[policy] if step not in skip) if skip else ()
+    layers = tuple(step for step in POLICIES[policy]["layers"] if step not in skip) if skip else ()
     return compactor_strategy(name or policy, lambda: Compactor(
-        context_window=window, reserved_output=window // 4, policy=policy, summarize=LADDER_SUMMARIZE,
+        context_window=window, reserved_output=window // 4, policy=policy, summarize=summarize,
         layers=layers, **settings))
 
 
 def preset(name: str, window: int) -> Strategy:
-    """compact.PRESETS[name] at `window` (a quarter reserved), built by Compactor.from_seed with the
+    """compact.PRESETS[name] at `window` (a quarter reserved), built by Compactor(policy=name) with the
     ladder's summarizer, its summaries counted like the ladder's. Offline, the summary is the preset's
     own extractive one (graded for sawtooth-tutorial), as the agent's guard would call it."""
     def make():
-        compactor = Compactor.from_seed(name, context_window=window, reserved_output=window // 4,
-                                        summarize=LADDER_SUMMARIZE)
+        compactor = Compactor(policy=name, context_window=window, reserved_output=window // 4,
+                              summarize=LADDER_SUMMARIZE)
         if LADDER_SUMMARIZE is not None:  # the offline structured summarizer, with the preset's grading
             compactor.guard.summarize = compactor.guard.offline
         return compactor
@@ -162,17 +167,9 @@ def compactor_strategy(name: str, make: Callable[[], Compactor]) -> Strategy:
         def compact(history):
             return compactor.compact(history)
         compact.compactor = compactor  # for a reader who wants its report or state
-        return compact, compactor.admit_tool_result if compactor.policy == "zones" else None
+        return compact, (lambda call, output: admit_tool_result(compactor, call, output)) if compactor.admit_tokens \
+            else None
     return Strategy(name, start)
-
-
-def sawtooth_run(threshold: int, keep_recent: int) -> Callable:
-    """compact.sawtooth as the agent runs it: one CompactState for the whole conversation, which
-    carries the user's words from one compaction to the next."""
-    def start(summarizer):
-        state = CompactState()
-        return (lambda h: sawtooth(h, summarizer, threshold=threshold, keep_recent=keep_recent, state=state)), None
-    return start
 
 
 def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: int = 30,
@@ -185,7 +182,8 @@ def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: in
                  from_compact_py=False, uses_window=False),
         Strategy(f"mask {mask_window}", lambda s: (lambda h: mask_old_tool_results(h, keep_last=mask_window), None),
                  uses_window=False),
-        Strategy(f"sawtooth {threshold}/{keep_recent}", sawtooth_run(threshold, keep_recent), uses_window=False),
+        ladder("sawtooth", window, f"sawtooth {threshold}/{keep_recent}", summarize=SUMMARIZE, threshold=threshold,
+               keep_recent=keep_recent),
         ladder("layered", window),
         ladder("hybrid", window),
         ladder("zones", window),
@@ -202,8 +200,8 @@ def cache_strategies(window: int, last: int = 20) -> list[Strategy]:
     is (masking at the trigger, each prefix-changing step on its own) is "layered"."""
     return [  # beside "none" and "layered", which the main table has replayed already (cache_rows)
         *(ladder("layered", window, f"cache-first {n:,}", cache_min_tokens=n) for n in CACHE_MIN_TOKENS),
-        ladder("layered", window, "mask every call", mask_every_call=True),
-        ladder("layered", window, f"mask every call, cache-first {CACHE_MIN_TOKENS[0]:,}", mask_every_call=True,
+        ladder("layered", window, "mask every call", every_call=("mask",)),
+        ladder("layered", window, f"mask every call, cache-first {CACHE_MIN_TOKENS[0]:,}", every_call=("mask",),
                cache_min_tokens=CACHE_MIN_TOKENS[0]),
     ]
 
@@ -940,7 +938,7 @@ def guide_blocks(results: dict) -> dict[str, str]:
         f"({', '.join(map(str, results['turns']))} turns, {len(results['seeds'])} seeds, a "
         f"{results['window'] // 1000}k window) through every strategy in one run, with the offline "
         "summarizers the agent uses: `summarize_offline` for the sawtooth, `summarize_structured` for the "
-        "ladder and for the presets of `compact.PRESETS` (built by `Compactor.from_seed`; their requests and "
+        "ladder and for the presets of `compact.PRESETS` (built by `Compactor(policy=name)`; their requests and "
         "answers are counted as a model would bill them). At "
         f"{turns} turns, as shares of no compaction:", "",
         "| strategy | tokens sent | cost with caching | next-step identifiers kept | next step kept, worst "
@@ -1007,7 +1005,7 @@ def cache_lines(cache: dict) -> list[str]:
     lines = [f"Cache first (issue 16.2): the layered ladder as it is (masking at the trigger, each step on its own), "
              "with cache-first batching (`Compactor(cache_min_tokens=N)`: mask, snip, clear, dedupe and shorten "
              "run as one batch, kept only when it frees at least N tokens), and with masking before every call "
-             f"(`mask_every_call=True`, seed 000's MicroCompact), on the same {cache['conversations']} runs of "
+             f"(`every_call=('mask',)`, seed 000's MicroCompact), on the same {cache['conversations']} runs of "
              f"{cache['turns']} turns. Cache hit: the share of input tokens that repeat the previous request's "
              "prefix (what a provider's prompt cache has already seen); cost with caching as a share of no "
              "compaction:", "",

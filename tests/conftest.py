@@ -277,3 +277,19 @@ def tallied(label: str, what: str):
         total.update(counts)
         assert counts, f"this test delivered no {what.split()[0]}"
     return report, per_test
+
+
+def sawtooth(messages, summarize=None, *, threshold=None, keep_recent=None, max_tokens=None, tokens=None,
+             focus=None, force=False, state=None, archive=None, precise_tools=()):
+    """The engine's default policy in one call, as the tests state its rule: compact above
+    `threshold` messages, or once the messages pass `max_tokens` (the trigger's share of a window
+    with no reply reserved); `tokens` is the request's size as a server counted it."""
+    import compact
+    compact.check_messages(messages)
+    system = sum(compact.message_tokens(m) for m in messages[:compact.system_head(messages)])
+    window = int(max_tokens / 0.7) + system + 1 if max_tokens else 10**9
+    engine = compact.Compactor(context_window=window, reserved_output=0, summarize=summarize, archive=archive,
+                               threshold=compact.THRESHOLD if threshold is None else threshold,
+                               keep_recent=compact.KEEP_RECENT if keep_recent is None else keep_recent,
+                               precise_tools=precise_tools, state=compact.CompactState() if state is None else state)
+    return engine.compact(messages, focus=focus, force=force, used=tokens)

@@ -70,7 +70,7 @@ def test_every_strategy_of_the_issue_is_in_the_table(rows):
 
 
 def test_every_preset_is_replayed_with_no_invalid_list_and_compacts(rows):
-    """Issue 16.1: each compact.PRESETS entry, built by Compactor.from_seed, beside the strategies."""
+    """Issue 16.1: each compact.PRESETS entry, built by Compactor(policy=name), beside the strategies."""
     for name in PRESETS:
         assert rows[name]["from_compact_py"] and rows[name]["invalid"] == {"openai": 0, "anthropic": 0}, name
         assert rows[name]["tokens_ratio"] < 1.0 and 0.0 <= rows[name]["next_ids"] <= 1.0, name

@@ -8,7 +8,8 @@ import copy
 from test_layers import assistant, system, tool_turn, user
 
 import compact
-from compact import Compactor, content_text, is_summary, sawtooth
+from compact import Compactor, content_text, is_summary
+from conftest import sawtooth
 
 RULE = "Do not modify the deploy script, look at the possible causes first."
 DRIFTED = "- The user asked to modify the deploy script."
@@ -42,9 +43,9 @@ def test_drift_check_flags_a_summary_that_reverses_the_users_rule():
     messages = history()
     frozen = copy.deepcopy(messages)
     outs = [sawtooth(messages, drifting, threshold=10)]
-    outs += [Compactor.from_seed(name, context_window=4_000, reserved_output=500, summarize=drifting).compact(
+    outs += [Compactor(policy=name, context_window=4_000, reserved_output=500, summarize=drifting).compact(
         messages, force=True) for name in ("echo-agent", "five-layer")]
-    outs.append(Compactor(context_window=4_000, reserved_output=500, summarize=drifting).compact(messages, force=True))
+    outs.append(Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=drifting).compact(messages, force=True))
     for out in outs:
         line = next(x for x in summary_text(out).split("\n") if x.startswith(DRIFTED))
         assert line.endswith(compact.UNVERIFIED), line
@@ -64,11 +65,11 @@ def test_a_summarizer_failure_is_said_in_the_summary_never_passed_off_as_a_summa
     guard = compact.SummaryGuard(broken, max_failures=1, cooldown=2)
     made = {"sawtooth": sawtooth(messages, guard, threshold=10),
             "sawtooth, breaker open": sawtooth(messages, guard, threshold=10)}
-    made["layered"] = Compactor(context_window=4_000, reserved_output=500, summarize=broken).compact(messages, force=True)
+    made["layered"] = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken).compact(messages, force=True)
     for name in ("echo-agent", "evo-agent"):  # five-layer's light tier calls no model: nothing can fail
-        made[name] = Compactor.from_seed(name, context_window=4_000, reserved_output=500, summarize=broken).compact(
+        made[name] = Compactor(policy=name, context_window=4_000, reserved_output=500, summarize=broken).compact(
             messages, force=True)
-    made["last resort"] = Compactor(context_window=4_000, reserved_output=500, summarize=broken).compact(
+    made["last resort"] = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken).compact(
         messages, force=True, only=("reasoning", "last resort"))
     for name, out in made.items():
         text = summary_text(out)
@@ -126,8 +127,8 @@ def test_clearing_an_intermediate_tool_clears_its_whole_record():
     assert out[5] is messages[5] and out[6] is messages[6]  # read_file is not intermediate
     assert compact.find_problems(out) == [] and messages == frozen
     assert compact.clear_tool_results(out) == out  # cleared once
-    five = Compactor.from_seed("five-layer")
-    cleared = dict((name, step) for name, step, _ in Compactor(layers=("clear",)).steps())["clear"](messages, compact.Pass())
+    five = Compactor(policy="five-layer")
+    cleared = dict((name, step) for name, step, _ in Compactor(policy="layered", layers=("clear",)).steps())["clear"](messages, compact.Pass())
     assert cleared == out and "clear" in five.layers
 
 
@@ -140,7 +141,7 @@ def test_echo_agents_pruner_shortens_long_call_arguments():
         messages += tool_turn(f"w{i}", "write_file", f"wrote {len(body):,} chars", path=f"src/h{i}.py", content=body)
     messages += [assistant("All written."), user("Now run the tests.")]
     frozen = copy.deepcopy(messages)
-    echo = Compactor.from_seed("echo-agent", context_window=46_000, reserved_output=1_000, summarize=drifting)
+    echo = Compactor(policy="echo-agent", context_window=46_000, reserved_output=1_000, summarize=drifting)
     assert "shorten" in [name for name, _, _ in echo.steps()]
     out = echo.compact(messages)
     assert not any(is_summary(m) for m in out)  # the pruner alone was enough: no summary
@@ -159,11 +160,11 @@ def test_echo_agent_always_follows_its_summary_with_an_acknowledgement():
         messages += [user("Now check the staging config too.")] if i == 9 else []
     frozen = copy.deepcopy(messages)
     small = dict(context_window=6_000, reserved_output=500)
-    default = Compactor(**small).compact(messages, force=True)
+    default = Compactor(policy="layered", **small).compact(messages, force=True)
     at = next(i for i, m in enumerate(default) if is_summary(m))
     assert default[at + 1]["role"] == "assistant" and default[at + 1] is not compact.ACK  # the case the rule is about
-    for out in (Compactor.from_seed("echo-agent", **small).compact(messages, force=True),
-                Compactor.from_seed("echo-agent", **small).compact(messages, force=True, only=("last resort",))):
+    for out in (Compactor(policy="echo-agent", **small).compact(messages, force=True),
+                Compactor(policy="echo-agent", **small).compact(messages, force=True, only=("last resort",))):
         at = next(i for i, m in enumerate(out) if is_summary(m))
         assert out[at + 1] == compact.ACK and out[at + 2]["role"] == "user", [m["role"] for m in out]
         assert content_text(out[at + 2]) == "Now check the staging config too."  # the latest request, verbatim

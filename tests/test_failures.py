@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 import compact
-from conftest import tallied
+from conftest import sawtooth, tallied
 from conversations import generate_conversation
 
 HISTORY = generate_conversation(20, seed=7).messages  # about 22k tokens: over the trigger of WINDOW
@@ -107,7 +107,7 @@ def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing
     summary = next(m for m in out if compact.is_summary(m))
     assert "## Goal" in compact.content_text(summary)
     # the structured offline summary of exactly what the failing summarizer was given took over
-    assert compact.summary_body(summary) == compact.summarize_structured(*summarizer.given)
+    assert compact.summary_body(summary) == compact.summarize_structured(summarizer.given[0])  # no focus asked
     assert c.guard.last_error not in context_text(out)
     if kind in LEAKS:
         assert LEAKS[kind] not in context_text(out)
@@ -267,7 +267,7 @@ def test_compaction_terminates_and_does_not_repeat_on_its_own_output(tmp_path, p
 def test_the_stubborn_histories_take_every_branch():
     """The test above accepts ContextOverflowError; make sure it also sees a history left over the
     trigger (the next call must not compact it again) and an ordinary one."""
-    compactors = {name: compact.Compactor(summarize=compact.summarize_structured, **WINDOW) for name in STUBBORN}
+    compactors = {name: compact.Compactor(policy="layered", summarize=compact.summarize_structured, **WINDOW) for name in STUBBORN}
     outcomes = {name: _outcome(lambda: compactors[name].compact(h)) for name, h in STUBBORN.items()}
     assert isinstance(outcomes["system prompt fills the window"], compact.ContextOverflowError)
     stuck = compactors["latest request takes most of the rest"]
@@ -307,5 +307,5 @@ def test_a_message_without_a_valid_role_is_refused_naming_its_index(bad):
         with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
             compact.Compactor(policy=policy).compact(messages)
     with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
-        compact.sawtooth(messages)
+        sawtooth(messages)
     assert compact.find_problems(messages) == ["message 3: no valid role (one of system, user, assistant, tool)"]

@@ -31,7 +31,7 @@ def window_for(messages, share, reserved=1_000) -> int:
 
 def compactor_for(messages, share, **options) -> Compactor:
     """A compactor whose window the history of `messages` fills to `share`."""
-    options.setdefault("summarize", summarize_structured)
+    options = {"summarize": summarize_structured, "policy": "layered", **options}
     return Compactor(context_window=window_for(messages, share), reserved_output=1_000, **options)
 
 
@@ -79,11 +79,11 @@ def as_archived(message) -> str:
 
 
 @pytest.mark.parametrize("start, head", [
-    (task(), 2),
-    ([user("Refactor src/.")], 1),
+    (task(), 1),
+    ([user("Refactor src/.")], 0),
     ([system(), compact.summary_message("## Goal\n- earlier work")], 1),
 ])
-def test_the_head_is_the_system_prompt_and_the_first_user_task(start, head):
+def test_the_head_is_the_system_prompt_the_task_is_carried_by_the_state(start, head):
     messages = [*start, *reads(6), user("Next one.")]
     assert compactor_for(messages, 0.9).boundaries(messages)[0] == head
 
@@ -190,7 +190,7 @@ def grow(compactor, messages, new) -> list[dict]:
 
 def test_pinned_constraints_survive_five_compactions_verbatim():
     messages = [*task(), assistant("On it."), user(RULES)]
-    compactor = Compactor(context_window=12_000, reserved_output=1_000, summarize=summarize_structured)
+    compactor = Compactor(policy="layered", context_window=12_000, reserved_output=1_000, summarize=summarize_structured)
     wanted = find_constraints([user(RULES)])
     k = 0
     while compactor.state.compactions < 5:
@@ -226,7 +226,7 @@ def test_constraints_that_differ_in_a_name_are_both_pinned():
 
 
 def test_compact_state_lasts_across_compactions():
-    compactor = Compactor(context_window=5_000, reserved_output=1_000, summarize=summarize_structured)
+    compactor = Compactor(policy="layered", context_window=5_000, reserved_output=1_000, summarize=summarize_structured)
     messages, changed, saved = task(), 0, 0
     for k in range(12):
         grown = [*messages, *reads(1, start=k), user(f"Next {k}. " * 60)]
@@ -251,7 +251,7 @@ def test_hybrid_keeps_the_last_messages_raw_and_a_rolling_summary():
     messages = summarized_history()
     compactor = compactor_for(messages, 0.9, policy="hybrid", keep_recent=6)
     out = compactor.compact(messages)
-    assert out[:2] == messages[:2] and is_summary(out[2])
+    assert out[0] == messages[0] and is_summary(out[1])  # the task is the latest request: kept after the summary
     assert all(a is b for a, b in zip(out[-6:], messages[-6:]))
     assert step_names(compactor) == ["reasoning", "summary"]
     later = compactor.compact([*out, *chat(12, start=50), user("And the release notes.")])
@@ -310,7 +310,7 @@ def test_layers_run_cheapest_first_and_stop_as_soon_as_it_fits():
 def test_context_overflow_when_even_the_last_resort_cannot_fit(before):
     """One giant latest user message: the last resort never cuts what the user wrote."""
     messages = [*task(), *before, assistant("Ready."), user("Please review this: " + "word " * 20_000)]
-    compactor = Compactor(context_window=8_000, reserved_output=1_000, summarize=summarize_structured)
+    compactor = Compactor(policy="layered", context_window=8_000, reserved_output=1_000, summarize=summarize_structured)
     with pytest.raises(ContextOverflowError):
         compactor.compact(messages)
     assert "last resort" in step_names(compactor)
@@ -323,7 +323,7 @@ def test_the_last_resort_falls_back_to_a_short_note_when_the_summary_does_not_fi
     def long_summary(middle, focus=None):  # within the guard's 4,000 tokens, over the whole window
         return "## Progress\n" + "\n".join(f"- step {k} went fine" for k in range(400))
 
-    compactor = Compactor(context_window=3_000, reserved_output=500, summarize=long_summary)
+    compactor = Compactor(policy="layered", context_window=3_000, reserved_output=500, summarize=long_summary)
     out = compactor.last_resort(messages)
     body = compact.summary_body(summary_of(out))
     assert body.startswith("(The summary of the earlier turns did not fit the window") and "step 399" not in body
@@ -458,7 +458,7 @@ def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_arc
         promises = Promises(compactor)
         for seen, out in replay(conversation, compactor):
             failures += [f"run {n}, after {len(seen)} messages: {b}" for b in promises.broken(seen, out)]
-        compacted += compactor.state.compactions > 0
+        compacted += compactor.state.compactions > 0 or bool(archived(compactor))  # evo-agent: masking may do
     assert failures == [], f"{len(failures)} broken promises, first: {failures[:5]}"
     assert compacted >= 20 // every  # the window is small enough that the ladder really ran, often
 

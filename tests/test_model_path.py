@@ -12,9 +12,9 @@ import pytest
 
 import compact
 import tiny_agent
-from compact import (CompactState, replaced_line, sawtooth, with_notes, find_problems, is_summary, summarize_offline, summarize_with_model,
+from compact import (CompactState, replaced_line, with_notes, find_problems, is_summary, summarize_offline, summarize_with_model,
                      summary_message)
-from conftest import DEFAULT_INSTALL, chat_response
+from conftest import DEFAULT_INSTALL, chat_response, sawtooth
 from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
 
 SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}

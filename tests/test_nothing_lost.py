@@ -11,7 +11,8 @@ import json
 import pytest
 
 import compact
-from compact import CompactState, Compactor, estimate_tokens, message_tokens, sawtooth
+from compact import CompactState, Compactor, estimate_tokens, message_tokens
+from conftest import sawtooth
 from conftest import RECORDED, chat_response
 
 
@@ -37,7 +38,7 @@ PRECISE = [pytest.param(lambda m: sawtooth(m, compact.summarize_offline, max_tok
                                                summarize=compact.summarize_structured,
                                                precise_tools=("db_query",)).compact(m, force=True), id=policy)
     for policy in compact.POLICIES] + [
-    pytest.param(lambda m: Compactor(context_window=8_000, reserved_output=1_000, summarize=compact.summarize_structured,
+    pytest.param(lambda m: Compactor(policy="layered", context_window=8_000, reserved_output=1_000, summarize=compact.summarize_structured,
                                      precise_tools=("db_query",)).compact(m, force=True, only=("last resort",)),
                  id="last resort")]
 
@@ -57,7 +58,7 @@ def test_precise_results_are_verbatim_after_every_policys_compaction_at_a_small_
 def test_when_precise_results_alone_do_not_fit_the_error_says_so():
     messages = db_history()
     big = [{**m, "content": m["content"] * 300} if m.get("tool_call_id", "").startswith("q") else m for m in messages]
-    ladder = Compactor(context_window=4_000, reserved_output=500, summarize=compact.summarize_structured,
+    ladder = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=compact.summarize_structured,
                        precise_tools=("db_query",))
     with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(db_query\)"):
         ladder.compact(big, force=True)
@@ -140,7 +141,7 @@ def test_rules_are_pinned(sentence):
 
 
 def test_the_ladder_notes_every_file_it_reads_not_only_those_that_leave():
-    ladder = Compactor(context_window=128_000)
+    ladder = Compactor(policy="layered", context_window=128_000)
     messages = db_history(2)
     assert ladder.compact(messages) is messages  # far below the trigger: nothing leaves
     assert ladder.state.recent_files == ["logs/0.txt", "logs/1.txt"]
@@ -157,7 +158,7 @@ def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up(eve
     from conftest import load_trajectories
     overflows = []
     for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl", every)):
-        ladder = Compactor(context_window=16_000, reserved_output=4_000, summarize=compact.summarize_structured)
+        ladder = Compactor(policy="layered", context_window=16_000, reserved_output=4_000, summarize=compact.summarize_structured)
         history = []
         for m in conversation:
             if m["role"] == "assistant" and history:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import compact
+from conftest import sawtooth
 import pytest
 
 NAMED = [f"src/module_{k}.py" for k in range(45)]  # what the report's text names
@@ -46,7 +47,7 @@ def test_files_changed_come_only_from_the_paths_of_write_and_edit_calls(summariz
 
 def test_the_files_a_call_touched_are_its_path_argument_a_makefile_too():
     assert compact.files_touched(surveyed()) == (["Makefile", "src/app.py"], ["REPORT.md", "src/app.py"])
-    compactor = compact.Compactor()
+    compactor = compact.Compactor(policy="layered")
     compactor.note_files(surveyed())
     assert compactor.state.recent_files == ["Makefile", "REPORT.md", "src/app.py"]
 
@@ -58,12 +59,12 @@ ORPHANED = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix
 
 def forced(name: str, archive: compact.Archive):
     if name == "sawtooth":
-        return lambda m: compact.sawtooth(m, compact.summarize_offline, force=True, archive=archive)
-    build = compact.Compactor.from_seed if name in compact.PRESETS else (lambda n, **k: compact.Compactor(policy=n, **k))
+        return lambda m: sawtooth(m, compact.summarize_offline, force=True, archive=archive)
+    build = (lambda n, **k: compact.Compactor(policy=n, **k))
     return lambda m: build(name, archive=archive, summarize=compact.summarize_offline).compact(m, force=True)
 
 
-@pytest.mark.parametrize("name", ["sawtooth", *compact.POLICIES, *compact.PRESETS])
+@pytest.mark.parametrize("name", compact.POLICIES)
 @pytest.mark.parametrize("messages", [ORPHANED, ORPHANED[:3]], ids=["with a middle", "nothing else"])
 def test_a_forced_compaction_of_a_list_with_an_orphan_result_returns_a_valid_list(tmp_path, name, messages):
     archive = compact.Archive(tmp_path / "archive.jsonl")
@@ -103,7 +104,7 @@ def test_a_messages_tokens_are_counted_once(monkeypatch):
 def test_when_precise_results_alone_pass_the_window_no_step_runs():
     messages = surveyed()
     big = [{**m, "content": m["content"] * 2_000} if m.get("tool_call_id") == "c1" else m for m in messages]
-    ladder = compact.Compactor(context_window=4_000, reserved_output=500, precise_tools=("read_file",))
+    ladder = compact.Compactor(policy="layered", context_window=4_000, reserved_output=500, precise_tools=("read_file",))
     with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(read_file\)"):
         ladder.compact(big)
     assert ladder.report == []  # failed before running every step on a history no step may shrink

@@ -10,7 +10,7 @@ import json
 
 import compact
 import pytest
-from conftest import ROOT
+from conftest import sawtooth, ROOT
 
 FIXTURE = ROOT / "tests" / "data" / "pi-mono-large-session.jsonl"
 WINDOW = 16_000
@@ -46,9 +46,9 @@ def session_messages() -> list[dict]:
 def strategy(name: str):
     if name == "sawtooth":
         state = compact.CompactState()
-        return lambda h: compact.sawtooth(h, compact.summarize_offline, max_tokens=int(0.7 * WINDOW * 3 / 4),
+        return lambda h: sawtooth(h, compact.summarize_offline, max_tokens=int(0.7 * WINDOW * 3 / 4),
                                           state=state)
-    build = compact.Compactor.from_seed if name in compact.PRESETS else (lambda n, **k: compact.Compactor(policy=n, **k))
+    build = (lambda n, **k: compact.Compactor(policy=n, **k))
     compactor = build(name, context_window=WINDOW, reserved_output=WINDOW // 4, summarize=compact.summarize_structured)
     return compactor.compact
 
@@ -59,7 +59,7 @@ def test_the_fixture_is_a_valid_conversation():
     assert compact.find_problems(messages) == []
 
 
-@pytest.mark.parametrize("name", ["sawtooth", *compact.POLICIES, *compact.PRESETS])
+@pytest.mark.parametrize("name", compact.POLICIES)
 def test_every_request_is_valid_and_quotes_the_latest_user_request(name):
     compaction, history, latest = strategy(name), [{"role": "system", "content": "You are a coding agent."}], None
     requests = 0

@@ -21,16 +21,16 @@ def grow(n: int, size: int = 400) -> list[dict]:
 
 def test_every_preset_builds_and_says_which_steps_it_runs():
     for name in compact.PRESETS:
-        steps = [s[0] for s in Compactor.from_seed(name).steps()]
+        steps = [s[0] for s in Compactor(policy=name).steps()]
         assert steps[0] == "reasoning" and steps[-1] == "last resort", (name, steps)
     with pytest.raises(ValueError, match="unknown preset"):
-        Compactor.from_seed("nine-layer")
+        Compactor(policy="nine-layer")
 
 
 def test_evo_agent_masks_old_results_before_every_call_even_below_the_trigger():
     messages = [system(), user("Survey the code."), *grow(6)]
-    default = Compactor(context_window=200_000)
-    evo = Compactor.from_seed("evo-agent", context_window=200_000)
+    default = Compactor(policy="layered", context_window=200_000)
+    evo = Compactor(policy="evo-agent", context_window=200_000)
     assert default.compact(messages) is messages  # far below the trigger: nothing happens
     out = evo.compact(messages)
     masked = [m for m in out if content_text(m).startswith(compact.PRUNED)]
@@ -39,7 +39,7 @@ def test_evo_agent_masks_old_results_before_every_call_even_below_the_trigger():
 
 def test_evo_agent_appends_the_focus_to_the_summary():
     messages = [system(), user("Survey the code."), *grow(30)]
-    out = Compactor.from_seed("evo-agent", context_window=8_000, reserved_output=500).compact(
+    out = Compactor(policy="evo-agent", context_window=8_000, reserved_output=500).compact(
         messages, focus="the parser module", force=True)
     summary = next(m for m in out if compact.is_summary(m))
     assert "Focus of this compaction: the parser module" in content_text(summary)
@@ -49,7 +49,7 @@ def test_five_layer_snips_a_3000_line_log_to_100_head_and_20_tail_lines():
     log = "\n".join(f"line {i}" for i in range(3_000))
     messages = [system(), user("Why does the job fail?"), *tool_turn("c1", "bash", log, command="cat job.log"),
                 assistant("Looking further."), *tool_turn("c2", "bash", "ok", command="true")]
-    out = Compactor.from_seed("five-layer").steps()[1][1](messages, compact.Pass())
+    out = Compactor(policy="five-layer").steps()[1][1](messages, compact.Pass())
     lines = content_text(out[3]).split("\n")
     assert lines[:100] == [f"line {i}" for i in range(100)] and lines[100].startswith("[… 2,880 lines cut")
     assert lines[101:] == [f"line {i}" for i in range(2_980, 3_000)]
@@ -58,13 +58,13 @@ def test_five_layer_snips_a_3000_line_log_to_100_head_and_20_tail_lines():
 def test_cache_first_keeps_a_batch_only_when_it_frees_enough_tokens():
     messages = [system(), user("Survey the code."), *grow(12, size=150), user("Go on.")]
     window = int(compact.estimate_tokens(messages) / 0.8)
-    batched = Compactor(context_window=window, reserved_output=0, cache_min_tokens=10**6, layers=(
+    batched = Compactor(policy="layered", context_window=window, reserved_output=0, cache_min_tokens=10**6, layers=(
         "mask", "clear", "dedupe", "summary"), summarize=summarize_structured)
     out = batched.compact(messages)
     names = [name for name, *_ in batched.report]
     assert names[0] == "batch mask+clear+dedupe" and batched.report[0][2] < batched.report[0][1]  # it freed some,
     assert not any(content_text(m).startswith(compact.PRUNED) for m in out)  # but too little: not kept
-    one_by_one = Compactor(context_window=window, reserved_output=0, layers=("mask", "clear", "dedupe", "summary"),
+    one_by_one = Compactor(policy="layered", context_window=window, reserved_output=0, layers=("mask", "clear", "dedupe", "summary"),
                            summarize=summarize_structured)
     assert [n for n, *_ in one_by_one.report] == [] and one_by_one.compact(messages) is not messages
     assert one_by_one.report[0][0] == "mask"
@@ -78,7 +78,7 @@ def chinese_decision_history() -> list[dict]:
 
 def test_smart_eviction_keeps_the_chinese_decision_line_while_routine_output_goes():
     messages = chinese_decision_history()
-    c = Compactor.from_seed("smart-eviction", context_window=int(compact.estimate_tokens(messages) / 0.9),
+    c = Compactor(policy="smart-eviction", context_window=int(compact.estimate_tokens(messages) / 0.9),
                             reserved_output=0, summarize=summarize_structured)
     out = c.evict(messages)
     assert "最终结论：选择方案B，因为它更简单。" in [content_text(m) for m in out]
@@ -93,15 +93,15 @@ def test_smart_eviction_runs_lossy_steps_from_75_percent_where_the_default_zones
     window = int(compact.estimate_tokens(messages) / 0.8)  # the history sits at 80% of the window
     lossy = {"snip", "shorten", "evict", "summary", "last resort"}
     default = Compactor(policy="zones", context_window=window, reserved_output=0, summarize=summarize_structured)
-    seed = Compactor.from_seed("smart-eviction", context_window=window, reserved_output=0, margin=0.0,
+    seed = Compactor(policy="smart-eviction", context_window=window, reserved_output=0, margin=0.0,
                                summarize=summarize_structured)
     default.compact(messages), seed.compact(messages)
     assert not lossy & {n for n, *_ in default.report} and lossy & {n for n, *_ in seed.report}
 
 
 def test_smart_eviction_holds_back_a_ten_percent_margin_on_estimates():
-    budget = Compactor.from_seed("smart-eviction", context_window=100_000, reserved_output=0).budget
-    assert budget.effective([]) == 90_000 and Compactor(context_window=100_000, reserved_output=0).budget.effective([]) == 100_000
+    budget = Compactor(policy="smart-eviction", context_window=100_000, reserved_output=0).budget
+    assert budget.effective([]) == 90_000 and Compactor(policy="layered", context_window=100_000, reserved_output=0).budget.effective([]) == 100_000
 
 
 def test_confidence_labels_say_how_many_facts_of_a_line_were_found():
@@ -116,8 +116,8 @@ def test_the_kept_window_grows_with_the_tasks_complexity():
     errors = [m for i in range(12) for m in tool_turn(f"e{i}", "bash", f"E{i}Error: failure kind {chr(65 + i)}",
                                                         command=f"pytest tests/t{i}.py")]
     complex_ = [*simple, *errors]
-    plain = Compactor(context_window=2_000, reserved_output=0)
-    seed = Compactor(context_window=2_000, reserved_output=0, adaptive_tail=True)
+    plain = Compactor(policy="layered", context_window=2_000, reserved_output=0)
+    seed = Compactor(policy="layered", context_window=2_000, reserved_output=0, adaptive_tail=True)
     assert compact.task_complexity(simple) < compact.task_complexity(complex_)
     grown = [len(messages) - seed.boundaries(messages)[1] - (len(messages) - plain.boundaries(messages)[1])
              for messages in (simple, complex_)]
@@ -128,7 +128,7 @@ def test_the_kept_window_grows_with_the_tasks_complexity():
 def test_stats_time_the_failures_and_warn_while_summaries_are_degraded():
     def broken(messages, focus=None):
         raise RuntimeError("model down")
-    c = Compactor(context_window=4_000, reserved_output=500, summarize=broken)
+    c = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken)
     messages = [system(), user("Go."), *grow(10, size=60)]
     assert "WARNING" not in compact.compaction_stats(c.state, c.guard)
     for _ in range(3):
@@ -152,7 +152,7 @@ def test_the_graded_rolling_summary_keeps_the_oldest_progress_in_one_line():
 
 
 def test_the_sawtooth_tutorial_preset_rolls_a_graded_summary():
-    c = Compactor.from_seed("sawtooth-tutorial", context_window=3_000, reserved_output=200)
+    c = Compactor(policy="sawtooth-tutorial", context_window=3_000, reserved_output=200)
     messages = [system(), user("Survey the code.")]
     for n in range(20):
         messages = c.compact([*messages, assistant(f"Step {n} done. Next file."), *grow(2, size=80)])
@@ -167,10 +167,10 @@ def test_the_light_tier_reuses_the_rolling_summary_without_a_model_call_when_tha
         return "## Goal\n- Survey the code."
     messages = [system(), user("Survey the code."), *grow(12, size=80), user("Go on.")]
     window = int(compact.estimate_tokens(messages) / 0.75)
-    c = Compactor(context_window=window, reserved_output=0, summarize=model, layers=("light", "summary"))
+    c = Compactor(policy="layered", context_window=window, reserved_output=0, summarize=model, layers=("light", "summary"))
     c.compact(messages)
     assert [n for n, *_ in c.report] == ["light"] and calls == []
-    tight = Compactor(context_window=window, reserved_output=0, summarize=model, layers=("light", "summary"),
+    tight = Compactor(policy="layered", context_window=window, reserved_output=0, summarize=model, layers=("light", "summary"),
                       target=0.01)
     tight.compact(messages)
     assert [n for n, *_ in tight.report] == ["light", "summary"] and len(calls) == 1

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import compact
+from conftest import sawtooth
 
 # Deterministic: the same examples every run, no example database, no per-example deadline. No
 # shrinking either: shrinking a 60-message conversation can take minutes, so a failure prints the
@@ -203,7 +204,7 @@ def check_compaction(before: list[dict], out: list[dict], valid_input: bool, sum
 
 
 def run_sawtooth(messages, threshold, keep_recent):
-    return compact.sawtooth(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
+    return sawtooth(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
 
 
 def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: int) -> bool:
@@ -244,7 +245,7 @@ def run_compactor(messages, **options):
     """A fresh Compactor each time; the overflow error is a result like any other."""
     force = options.pop("force")
     try:
-        return compact.Compactor(summarize=compact.summarize_offline, **options).compact(messages, force=force)
+        return compact.Compactor(policy="layered", summarize=compact.summarize_offline, **options).compact(messages, force=force)
     except compact.ContextOverflowError as error:
         return error
 

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, chat_response, tallied
+from conftest import sawtooth, ROOT, chat_response, tallied
 
 import compact
 from conversations import generate_conversation
@@ -232,7 +232,7 @@ def test_an_injection_in_tool_output_never_becomes_an_instruction(tmp_path, trie
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
 def test_an_injection_survives_the_sawtooth_only_as_data(tried, attack, fragment):
     history = attacked(attack, "tool output")
-    out = compact.sawtooth(history, compact.summarize_structured, threshold=10, keep_recent=4)
+    out = sawtooth(history, compact.summarize_structured, threshold=10, keep_recent=4)
     assert_compacted(history, out)
     tried["sawtooth"] += 1
     assert_not_an_instruction(out, fragment, [])
@@ -279,7 +279,7 @@ def test_a_summary_that_repeats_an_injection_stays_a_user_note(tmp_path, fake_op
 def test_the_tool_output_summarizer_sees_the_output_only_as_user_data(fake_openai, tried, attack, fragment):
     server = fake_openai(lambda body: (200, chat_response("The log has 300 requests, all served.")))
     call = {"id": "call_log", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat app.log"}'}}
-    compact.Compactor(policy="zones").admit_tool_result(call, CHANNELS["line in a log"](attack), max_tokens=500)
+    compact.admit_tool_result(compact.Compactor(policy="zones", admit_tokens=500), call, CHANNELS["line in a log"](attack))
     [request] = server.requests
     system, user = request["messages"]
     assert (system["role"], system["content"]) == ("system", compact.TOOL_OUTPUT_PROMPT)

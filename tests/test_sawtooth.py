@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from compact import (ACK, LOST_RESULT, sawtooth, find_cut, find_problems, is_summary,
+from conftest import sawtooth
+from compact import (ACK, LOST_RESULT, find_cut, find_problems, is_summary,
                      parse_summary, summarize_offline, summarize_structured, summary_body)
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -78,7 +79,7 @@ def test_the_summarizer_is_called_with_the_middle_and_the_focus():
     summarize = Recorder()
     sawtooth(history(31), summarize, focus="the money helpers")
     sawtooth(history(31), summarize)
-    assert summarize.focuses == ["the money helpers", None]
+    assert summarize.focuses == ["the money helpers", "Keep going, please."]  # the latest request by default
 
 
 def test_the_result_is_a_new_list_and_the_input_is_not_mutated():
@@ -148,12 +149,13 @@ def test_a_summary_longer_than_what_it_replaces_returns_the_input_unchanged():
 # ---- the latest request ---------------------------------------------------------------------
 
 
-def test_a_latest_request_in_the_summarized_middle_is_quoted_verbatim_in_the_summary_message():
-    request = "Also rename parse_money to parse_amount, and keep the old name as an alias."
-    messages = history(20) + [{"role": "user", "content": request}] + [m for i in range(50, 60) for m in step(i)]
-    out = sawtooth(messages, Recorder())  # SUMMARY does not mention the request
-    assert all(m.get("content") != request for m in out[2:])  # it is not in the kept tail
-    assert "The user's latest request, verbatim:\n" + request in out[1]["content"]
+def test_a_latest_request_in_the_summarized_middle_stays_verbatim_at_the_start_of_the_tail():
+    request = {"role": "user", "content": "Also rename parse_money to parse_amount, and keep the old name as an alias."}
+    messages = history(20) + [request] + [m for i in range(50, 60) for m in step(i)]
+    summarize = Recorder()
+    out = sawtooth(messages, summarize)  # SUMMARY does not mention the request
+    assert is_summary(out[1]) and out[2] == ACK and out[3] == request and out[4:] == messages[-6:]
+    assert all(request not in middle for middle in summarize.middles)
 
 
 def test_a_latest_request_in_the_kept_tail_is_not_quoted_again():
@@ -184,8 +186,8 @@ def test_the_cut_never_separates_tool_calls_from_their_results(calls, landing, s
     keep_recent = len(messages) - (group + 1 + landing)
     assert find_cut(messages, keep_recent, head) == group
     out = sawtooth(messages, summarize, threshold=20, keep_recent=keep_recent)
-    assert out[head + 1:] == messages[group:]
-    assert summarize.middles == [messages[head:group]]
+    assert out[head + 1:head + 3] == [ACK, TASK] and out[head + 3:] == messages[group:]  # the task is the
+    assert summarize.middles == [messages[head + 1:group]]  # latest request: it stays, before the tail
     assert find_problems(out) == []
 
 
@@ -197,10 +199,10 @@ def test_when_the_tail_is_one_tool_call_group_it_returns_unchanged(system):
     assert summarize.middles == []
 
 
-def test_keep_recent_zero_keeps_the_last_message_instead_of_raising():
+def test_keep_recent_one_keeps_the_last_message():
     messages = history(40) + [{"role": "user", "content": "Now run the tests."}]
     assert find_cut(messages, 0, 1) == len(messages) - 1
-    out = sawtooth(messages, Recorder(), keep_recent=0)
+    out = sawtooth(messages, Recorder(), keep_recent=1)
     # the summary is a user message, so an acknowledgement keeps user and assistant turns alternating
     assert out == [SYSTEM, out[1], ACK, messages[-1]] and is_summary(out[1])
 
@@ -258,7 +260,7 @@ def test_rolling_twice_the_second_summary_contains_what_the_first_one_said():
                 *quiet_reads(0, 4)]
     first = sawtooth(messages, summarize_offline, threshold=8, keep_recent=2)
     said = parse_summary(summary_body(first[1]))
-    assert said["Errors seen"] and said["User said"] and said["Identifiers"]
+    assert said["Errors seen"] and said["Identifiers"]
     second = sawtooth(first + quiet_reads(10, 6), summarize_offline, threshold=8, keep_recent=2)
     assert sum(is_summary(m) for m in second) == 1 and second[1] is not first[1]
     body = summary_body(second[1])
@@ -289,7 +291,7 @@ def test_offline_summaries_roll_forward_so_first_facts_survive_three_compactions
     end, states = rounds_of_work(3, summarize_offline)
     assert [len(s) for s in states] == [len(end)] * 3  # each round compacted down to the same size
     sections = parse_summary(summary_body(next(m for m in end if is_summary(m))))
-    assert sections["Task"] == [f"Fix the helpers. {CONSTRAINT}"]
+    assert end[3] == {"role": "user", "content": f"Fix the helpers. {CONSTRAINT}"}  # the latest request stays
     assert ERROR in sections["Errors seen"]
 
 
@@ -297,7 +299,7 @@ def test_structured_summaries_roll_forward_so_first_facts_survive_three_compacti
     end, states = rounds_of_work(3, summarize_structured)
     assert [len(s) for s in states] == [len(end)] * 3
     sections = parse_summary(summary_body(next(m for m in end if is_summary(m))))
-    assert CONSTRAINT in sections["User constraints (verbatim)"]
+    assert end[3] == {"role": "user", "content": f"Fix the helpers. {CONSTRAINT}"}  # the latest request stays
     assert ERROR in sections["Errors seen"]
     in_tail = sum(len(m.get("tool_calls") or []) for m in end[2:])
     assert sections["Tools run"] == [f"bash ×1, read_file ×{45 - in_tail}"]  # counted once each
@@ -309,9 +311,8 @@ def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used
     messages = history(40)
     out = sawtooth(messages)
     assert out == sawtooth(messages, summarize_offline)
-    assert "\n(Compaction 1 replaced 33 messages, ~1,781 tokens, turns 1-16.)\n" in out[1]["content"]  # the header
-    assert summary_body(out[1]) == summarize_offline(messages[1:34])
-    assert "## Task" in out[1]["content"] and "## Goal" not in out[1]["content"]
+    assert "\n(Compaction 1 replaced 32 messages, ~1,763 tokens, turns 1-16.)\n" in out[1]["content"]  # the header
+    assert summary_body(out[1]) == summarize_offline(messages[2:34], messages[1]["content"])  # focus: the request
 
 
 # ---- summarize_offline: the sawtooth's extractive summary --------------------------------------

@@ -12,7 +12,7 @@ import re
 import compact
 import pytest
 import tiny_agent
-from conftest import FakeOpenAI, chat_response
+from conftest import sawtooth, FakeOpenAI, chat_response
 from pytest_httpserver import HTTPServer
 from test_repl import Terminal, agent_env
 
@@ -96,11 +96,11 @@ def test_the_task_its_rules_its_ticket_and_the_latest_question_outlive_a_forgetf
 
 
 @pytest.mark.parametrize("only", [None, ("reasoning", "last resort")])
-@pytest.mark.parametrize("name", [*compact.POLICIES, *compact.PRESETS])
+@pytest.mark.parametrize("name", compact.POLICIES)
 def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_them(name, only):
     """Inside: the words that leave live on in the compaction's state, not in the last summary's
     text, and the summary message shows them, after the last resort dropped the task's message too."""
-    build = compact.Compactor.from_seed if name in compact.PRESETS else (lambda n, **k: compact.Compactor(policy=n, **k))
+    build = (lambda n, **k: compact.Compactor(policy=n, **k))
     compactor = build(name, context_window=4_000, reserved_output=500, summarize=lambda m, focus=None: FORGETFUL)
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": TASK}]
     for n in range(90):
@@ -116,7 +116,8 @@ def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_t
         assert words in text
     left = LATEST not in [compact.content_text(m) for m in messages]
     assert (RULES[2] in compactor.state.pinned) == left  # pinned when it left with its message
-    assert compactor.state.task == (TASK if only else "")  # the ladder's head keeps the task's message
+    gone = TASK not in [compact.content_text(m) for m in messages]
+    assert compactor.state.task == (TASK if gone else "")  # its message left: the state carries it
     assert compact.find_problems(messages) == []
 
 
@@ -127,7 +128,7 @@ def test_the_sawtooths_state_carries_the_users_words_through_six_forgetful_summa
         if n == 20:
             messages.append({"role": "user", "content": LATEST})
         messages += [{"role": "assistant", "content": f"step {n}"}, {"role": "user", "content": "go on"}]
-        messages = compact.sawtooth(messages, lambda m, focus=None: FORGETFUL, threshold=12, keep_recent=4, state=state)
+        messages = sawtooth(messages, lambda m, focus=None: FORGETFUL, threshold=12, keep_recent=4, state=state)
     assert state.compactions >= 6
     assert (state.task, state.pinned, state.latest) == (TASK, list(RULES), "go on")
     summary = compact.content_text(messages[1])
