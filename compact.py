@@ -700,7 +700,7 @@ def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
     return [p for p in clean if p not in known]
 
 
-# --- The offline summarizer (lesson 04) ------------------------------------------------------
+# --- The offline summarizer (lessons 04 and 10) ----------------------------------------------
 # Without it: with no model configured, or with the model down, there is no summary at all.
 
 
@@ -718,52 +718,110 @@ def render_summary(sections: dict[str, list[str]]) -> str:
                        for title, items in sections.items() if items)
 
 
-OFFLINE_SECTIONS = ("Task", "User constraints (verbatim)", "User's code (verbatim)", "User said", "Decisions",
-                    "Files changed", "Files read", "Files in outputs",
-                    "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Progress", "Focus")
+EARLIER = "Earlier, in one line"  # a graded summary's oldest progress, folded into one line
+SECTIONS = ("Goal", EARLIER, "User constraints (verbatim)", "User's code (verbatim)", "User said", "Decisions",
+            "Files changed", "Files read", "Files in outputs", "Errors seen", "Identifiers",
+            "Calls (arguments verbatim)", "Tools run", "Progress", "Next step", "Relevant to the focus")
 # Past the budget these give way first, the first named first; the task and the user's rules never do.
-EXPENDABLE = ("Progress", "User said", "Identifiers", "Files in outputs", "Calls (arguments verbatim)", "Files read",
-              "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")
-DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
-USER_SAID = 8  # the user's latest messages an offline summary quotes (600 characters each); rules are pinned apart
+EXPENDABLE = ("Progress", "Relevant to the focus", "User said", "Identifiers", "Files in outputs",
+              "Calls (arguments verbatim)", "Files read", "Decisions", "Errors seen", "User's code (verbatim)",
+              "Files changed")
+NEWEST = {"User said": 8, "Progress": 3, "Next step": 1, "Relevant to the focus": 5}  # items a section keeps, the
+# newest (a user's message 600 characters, whole in the archive; the user's rules are pinned apart)
 # Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
 # share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
 SHARES = {"Identifiers": IDENTIFIER_SHARE, "Calls (arguments verbatim)": CALL_SHARE, "Files in outputs": 0.10,
           "User's code (verbatim)": 0.10}
+SUMMARY_SHARE = 0.10  # a summary may take this share of what it replaces, and at least SUMMARY_TOKENS
+DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
+EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest parts go
+NOTE_SECTIONS = ("Files read", "Files in outputs", "Errors seen", "Decisions", "Files changed")  # what an
+# eviction note keeps (lesson 12), those first named giving way first when the note is over its budget
 
 
-def offline_items(plain: list[dict], focus: str | None, budget: int) -> dict[str, list[str]]:
-    """What the messages hold for each section of the offline summary, the oldest first (lesson 04)."""
+def is_eviction_note(message: dict) -> bool:
+    return message.get("role") == "user" and content_text(message).startswith(EVICTED)
+
+
+def focus_lines(messages: list[dict], focus: str) -> list[str]:
+    """Lines that share the most words with the focus text, so the summary keeps what was asked for."""
+    words = {w.lower() for w in re.findall(r"[\w./-]{4,}", focus)}
+    scored = []
+    for m in messages:
+        for line in content_text(m).split("\n"):
+            score = len(words & {w.lower() for w in re.findall(r"[\w./-]{4,}", line)})
+            if score:
+                scored.append((score, line.strip()[:200]))
+    return list(dict.fromkeys(line for _, line in sorted(scored, key=lambda item: -item[0])[:NEWEST[
+        "Relevant to the focus"]]))
+
+
+def extractive_items(plain: list[dict], focus: str | None, budget: int) -> dict[str, list[str]]:
+    """What the messages hold for each section, the oldest first (lesson 04)."""
     said = [" ".join(content_text(m).split())[:600] for m in user_requests(plain)]  # whole in the archive
+    told = [content_text(m) for m in plain if m["role"] == "assistant" and content_text(m)]
     read, changed = files_touched(plain)
     texts = [content_text(m) + " " + " ".join((c.get("function") or {}).get("arguments") or "" for c in
                                               m.get("tool_calls") or []) for m in plain]
-    outputs = [content_text(m) for m in plain if m.get("role") == "tool"]
-    return {"Task": said[:1], "User constraints (verbatim)": find_constraints(plain),
+    # what the agent typed (its calls' arguments) it tends to type again: those identifiers come first
+    typed = [(c.get("function") or {}).get("arguments") or "" for m in plain for c in m.get("tool_calls") or []]
+    room = int(IDENTIFIER_SHARE * budget)
+    tools = Counter(call_name(c) for m in plain for c in m.get("tool_calls") or [])
+    return {"Goal": said[:1], "User constraints (verbatim)": find_constraints(plain),
             "User's code (verbatim)": user_code(plain), "User said": said[1:],
-            "Decisions": [s[:300] for m in plain if m["role"] == "assistant" for s in sentences(content_text(m))
-                          if DECISION.search(s)],
+            "Decisions": [s[:300] for text in told for s in sentences(text) if DECISION.search(s)],
             "Files changed": changed, "Files read": read,
-            "Files in outputs": [p for text in outputs for p in PATH.findall(text)],
+            "Files in outputs": [p for m in plain if m["role"] == "tool" for p in PATH.findall(content_text(m))],
             "Errors seen": [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)],
-            "Identifiers": identifiers(texts, int(IDENTIFIER_SHARE * budget))[::-1],
+            "Identifiers": newest_within(identifiers(typed, room) + identifiers(texts, room), room)[::-1],
             "Calls (arguments verbatim)": call_values(plain, int(CALL_SHARE * budget))[::-1],
-            "Progress": [" ".join(content_text(m).split())[:300] for m in plain if m["role"] == "assistant"
-                         and content_text(m)], "Focus": [focus] if focus else []}
+            "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
+            "Progress": [" ".join(text.split())[:300] for text in told],
+            "Next step": [s for text in told for s in sentences(text) if re.search(r"\bnext\b|下一步", s, re.I)],
+            "Relevant to the focus": focus_lines(plain, focus) if focus else []}
 
 
-def summarize_offline(messages: list[dict], focus: str | None = None, budget: int = SUMMARY_TOKENS) -> str:
-    """Extractive summary, no model: the task, the user's rules and words, decisions, the files
-    changed, read and named, the errors and identifiers the next steps may use, the latest progress.
-    An earlier summary is carried forward, so a rolling summary does not decay (lesson 04)."""
-    old = {t: x for m in messages if is_summary(m) for t, x in parse_summary(summary_body(m)).items()}
-    old["Identifiers"] = [x for line in old.get("Identifiers", []) for x in line.split(", ")]
-    for title in ("Identifiers", "Calls (arguments verbatim)"):  # shown the newest first
-        old[title] = old.get(title, [])[::-1]
-    new = offline_items([m for m in messages if not is_generated(m)], focus, budget)
-    sections = {title: old.get(title, []) + new[title] for title in OFFLINE_SECTIONS}
-    sections = {title: items if title in SHARES else list(dict.fromkeys(items)) for title, items in sections.items()}
-    sections["Task"] = sections["Task"][:1]  # an earlier summary already holds the task
+def grade(sections: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Detail graded by age: an earlier summary's progress folds into one line of first sentences;
+    everything else it holds stays entries (lesson 16)."""
+    earlier = [part for line in sections.get(EARLIER, []) for part in line.split("; ")]
+    told = [re.split(r"(?<=[.!?])\s", x)[0][:100] for x in sections.get("Progress", [])]
+    parts = list(dict.fromkeys(earlier + told))
+    while len("; ".join(parts)) > EARLIER_CHARS and len(parts) > 1:
+        parts.pop(0)  # the oldest part goes first
+    return {**{t: x for t, x in sections.items() if t != "Progress"}, EARLIER: ["; ".join(parts)] if parts else []}
+
+
+def earlier_sections(messages: list[dict], graded: bool) -> dict[str, list[str]]:
+    """What earlier summaries and eviction notes in `messages` hold, each list the oldest first, to be
+    updated rather than summarized again; an unverified line is not repeated: nothing here can check it."""
+    old: dict[str, list[str]] = {}
+    for m in messages:
+        if is_summary(m) or is_eviction_note(m):  # a note says what it evicted the same way, in fewer sections
+            sections = {t: x for t, x in parse_summary(summary_body(m)).items() if is_summary(m) or t in NOTE_SECTIONS}
+            for title, items in (grade(sections) if graded else sections).items():
+                old[title] = old.get(title, []) + [x for x in items if not x.endswith(UNVERIFIED)]
+    old["Identifiers"] = [x for line in old.get("Identifiers", []) for x in line.split(", ")][::-1]
+    old["Calls (arguments verbatim)"] = old.get("Calls (arguments verbatim)", [])[::-1]  # both shown the newest first
+    return old
+
+
+def summarize_extractive(messages: list[dict], focus: str | None = None, budget: int | None = None,
+                         graded: bool = False) -> str:
+    """The summary with no model, the sawtooth's and the ladder's: one section per kind of fact, verbatim
+    where it matters, within `budget` tokens (by default SUMMARY_SHARE of what it replaces, at least
+    SUMMARY_TOKENS). An earlier summary is carried forward, so a rolling summary does not decay;
+    `graded` folds its progress into one line (lessons 04, 10)."""
+    budget = budget or max(SUMMARY_TOKENS, int(SUMMARY_SHARE * estimate_tokens(messages)))
+    old, new = earlier_sections(messages, graded), extractive_items([m for m in messages if not is_generated(m)], focus, budget)
+    new["User said"] = new["Goal"] + new["User said"] if old.get("Goal") else new["User said"]
+    sections = {t: old.get(t, []) + new.get(t, []) for t in SECTIONS}
+    sections = {t: items if t in SHARES else list(dict.fromkeys(items)) for t, items in sections.items()}
+    tools: Counter = Counter()
+    for name, n in re.findall(r"(\S+) ×(\d+)", ", ".join(sections["Tools run"])):
+        tools[name] += int(n)
+    sections["Tools run"] = [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else []
+    sections["Goal"] = sections["Goal"][:1]  # the task; the user's later words are what the user said
     sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
     sections["Files in outputs"] = distinct_paths(sections["Files in outputs"],
                                                   sections["Files changed"] + sections["Files read"])
@@ -774,8 +832,8 @@ def summarize_offline(messages: list[dict], focus: str | None = None, budget: in
     quoted = "\n".join(sections["Calls (arguments verbatim)"])  # what a call or a file list shows is not repeated
     sections["Identifiers"] = [x for x in sections["Identifiers"] if x not in quoted and x not in listed]
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())  # a kind once,
-    sections["Progress"], sections["Focus"] = sections["Progress"][-3:], sections["Focus"][-1:]  # its newest wording
-    sections["User said"] = sections["User said"][-USER_SAID:]  # the rest is in the archive, and its rules are pinned
+    for title, n in NEWEST.items():  # in its newest wording
+        sections[title] = sections[title][-n:]
     sections = fit_summary(sections, budget)
     for title in ("Identifiers", "Calls (arguments verbatim)"):
         sections[title] = sections[title][::-1]
@@ -783,7 +841,7 @@ def summarize_offline(messages: list[dict], focus: str | None = None, budget: in
     return render_summary(sections)
 
 
-summarize_offline.extractive = True  # a guard calls it directly: it cannot fail like a model
+summarize_extractive.extractive = True  # a guard calls it directly: it cannot fail like a model
 
 
 def fit_summary(sections: dict[str, list[str]], budget: int, expendable: tuple = EXPENDABLE) -> dict[str, list[str]]:
@@ -939,9 +997,9 @@ def summarize_with_model(messages: list[dict], focus: str | None = None, *, clie
 def backfill(summary: str, messages: list[dict]) -> str:
     """What the extractive pass finds and the model's summary left out (the user's words, errors,
     identifiers) is appended, so a weak summary model cannot erase them (lesson 04)."""
-    wanted = parse_summary(summarize_offline(messages))
+    wanted = parse_summary(summarize_extractive(messages))
     missing = {title: [x for x in wanted.get(title, []) if x not in summary]
-               for title in ("Task", "User constraints (verbatim)", "User said", "Files changed", "Errors seen")}
+               for title in ("Goal", "User constraints (verbatim)", "User said", "Files changed", "Errors seen")}
     ids = [x for line in wanted.get("Identifiers", []) for x in line.split(", ") if x not in summary]
     missing["Identifiers"] = [", ".join(ids)] if ids else []
     extra = render_summary({f"{title} (kept from the turns)": x for title, x in missing.items()})
@@ -1194,7 +1252,7 @@ class SummaryGuard:
 
     summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
     offline: Callable | None = None  # the fallback, and the summarizer when no model is configured;
-    # None: summarize_offline (the ladder gives summarize_structured)
+    # None: summarize_extractive
     timeout: float = 60.0  # seconds one summarizer call may take
     max_tokens: int = 4_000  # a longer summary is refused
     max_failures: int = 3  # failures in a row that open the breaker
@@ -1210,7 +1268,7 @@ class SummaryGuard:
     def __call__(self, messages: list[dict], focus: str | None = None, request: str | None = None) -> str:
         """`request`: the user's latest request, the model's focus when none was asked for; an
         extractive summary is not given it, since the request stays verbatim beside the summary."""
-        offline = self.offline or summarize_offline
+        offline = self.offline or summarize_extractive
         summarize = self.summarize or (summarize_with_model if model_configured() else offline)
         self.stood_in = ""
         if summarize is offline or getattr(summarize, "extractive", False):  # no model: nothing to guard
@@ -1499,8 +1557,7 @@ class Compactor:
         unknown = {s if isinstance(s, str) else s[0] for s in self.layers + self.every_call} - set(STEPS)
         if unknown:
             raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
-        offline = summarize_offline if self.policy == "sawtooth" else summarize_structured  # one, soon
-        offline = functools.partial(offline, graded=True) if self.graded else offline
+        offline = functools.partial(summarize_extractive, graded=True) if self.graded else summarize_extractive
         self.guard = SummaryGuard(self.summarize, offline, confidence=self.confidence, state=self.state)
 
     @property
@@ -1902,143 +1959,6 @@ def dedupe_tool_results(messages, precise_tools=()):
     return out
 
 
-# --- The structured summary (lessons 04 and 10) ----------------------------------------------
-
-SECTIONS = ("Goal", "Earlier, in one line", "User constraints (verbatim)", "User's code (verbatim)", "Decisions",
-            "Files changed", "Files", "Identifiers", "Calls (arguments verbatim)",
-            "Errors seen", "Tools run", "Progress", "Next step", "Relevant to the focus")
-SECTION_LIMITS = {"Goal": 8, "Earlier, in one line": 1, "Errors seen": 40, "Progress": 3, "Next step": 1,
-                  "Relevant to the focus": 5}  # items; the other sections keep all of theirs, within the budget
-LADDER_SUMMARY_TOKENS = 2_400  # the ladder summarizes less often than the sawtooth: its summary may be larger
-NOTE_SECTIONS = ("Files", "Errors seen", "Decisions", "Files changed")  # what an eviction note keeps (lesson 12),
-# those first named giving way first when the note is over its budget
-LADDER_EXPENDABLE = ("Progress", "Relevant to the focus", "Calls (arguments verbatim)", "Identifiers", "Files",
-                     "Decisions", "Errors seen", "User's code (verbatim)", "Files changed")  # past the budget
-# these give way first, in this order
-
-
-def is_eviction_note(message: dict) -> bool:
-    return message.get("role") == "user" and content_text(message).startswith(EVICTED)
-
-
-def _summary_sections(messages: list[dict], focus: str | None) -> dict[str, list[str]]:
-    """Pull each section's items out of the messages, verbatim where it matters (lesson 10)."""
-    pairs = pair_tool_results(messages)
-    plain = [m for m in messages if not is_generated(m)]
-    said = [content_text(m) for m in plain if m.get("role") == "assistant" and content_text(m)]
-    outputs = [content_text(messages[i]) for i in sorted(pairs)]
-    errors = [line.strip()[:200] for text in outputs for line in text.split("\n") if ERROR_LINE.search(line)]
-    seen = [p for text in outputs for p in PATH.findall(text)]
-    read, changed = files_touched(plain)
-    tools = Counter(call_name(c) for m in plain for c in m.get("tool_calls") or [])
-    nexts = [s for text in said for s in sentences(text) if re.search(r"\bnext\b|下一步", s, re.I)]
-    texts = [content_text(m) + " " + " ".join((c.get("function") or {}).get("arguments") or ""
-                                              for c in m.get("tool_calls") or []) for m in plain]
-    return {
-        "Goal": [content_text(m)[:600] for m in user_requests(plain)],
-        "User constraints (verbatim)": find_constraints(plain),
-        "Decisions": [s[:300] for text in said for s in sentences(text) if DECISION.search(s)],
-        "Files changed": changed,
-        "Files": [f"{p} (read)" for p in read if p not in changed]
-                 + [f"{p} (in output)" for p in distinct_paths(seen, read + changed)],
-        "Identifiers": identifiers(texts, int(IDENTIFIER_SHARE * LADDER_SUMMARY_TOKENS)),
-        "Calls (arguments verbatim)": call_values(plain, int(CALL_SHARE * LADDER_SUMMARY_TOKENS)),
-        "User's code (verbatim)": user_code(plain),
-        "Errors seen": list({error_kind(e): e for e in errors}.values()),
-        "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
-        "Progress": [text[:300] for text in said],
-        "Next step": nexts[-1:],
-        "Relevant to the focus": _focus_lines(plain, focus) if focus else [],
-    }
-
-
-def _focus_lines(messages: list[dict], focus: str) -> list[str]:
-    """Lines that share the most words with the focus text, so the summary keeps what was asked for."""
-    words = {w.lower() for w in re.findall(r"[\w./-]{4,}", focus)}
-    scored = []
-    for m in messages:
-        for line in content_text(m).split("\n"):
-            score = len(words & {w.lower() for w in re.findall(r"[\w./-]{4,}", line)})
-            if score:
-                scored.append((score, line.strip()[:200]))
-    best = sorted(scored, key=lambda item: -item[0])[:5]
-    return list(dict.fromkeys(line for _, line in best))
-
-
-def _merge_tool_counts(old: list[str], new: list[str]) -> list[str]:
-    counts: Counter = Counter()
-    for line in old + new:
-        for name, n in re.findall(r"(\S+) ×(\d+)", line):
-            counts[name] += int(n)
-    return [", ".join(f"{name} ×{n}" for name, n in sorted(counts.items()))] if counts else []
-
-
-def _limit_section(title: str, items: list[str]) -> list[str]:
-    """Errors keep one line per kind, the first seen (often the root cause) and the latest; the
-    progress sections their newest items. Everything else is kept, and fit_summary holds the whole
-    within its budget (lesson 04)."""
-    if title == "Errors seen":
-        items = list({error_kind(e): e for e in items}.values())
-    limit = SECTION_LIMITS.get(title)
-    if limit and title in ("Goal", "Errors seen") and len(items) > limit:
-        return items[:4] + items[4 - limit:]  # the task (or the root cause) and the latest
-    return items[-limit:] if limit else list(dict.fromkeys(items))
-
-
-EARLIER = "Earlier, in one line"
-GRADED_KEEP = ("Goal", "User constraints (verbatim)", "User's code (verbatim)", "Decisions", "Files changed", "Files",
-               "Identifiers", "Calls (arguments verbatim)", "Errors seen", "Tools run")  # what stays structured,
-# however old it is
-EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest parts go
-
-
-def grade(sections: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Detail graded by age. What an earlier summary said of progress folds into one line
-    of first sentences; decisions, files, errors, identifiers and the user's words stay entries."""
-    earlier = [part for line in sections.get(EARLIER, []) for part in line.split("; ")]
-    told = [re.split(r"(?<=[.!?])\s", x)[0][:100] for x in sections.get("Progress", [])]
-    parts = list(dict.fromkeys(earlier + told))
-    while len("; ".join(parts)) > EARLIER_CHARS and len(parts) > 1:
-        parts.pop(0)  # the oldest part goes first
-    return {**{t: sections[t] for t in GRADED_KEEP if t in sections}, EARLIER: ["; ".join(parts)] if parts else []}
-
-
-def summarize_structured(messages: list[dict], focus: str | None = None, graded: bool = False) -> str:
-    """The ladder's extractive summary, no model: a section for each kind of fact, verbatim where it
-    matters. An earlier summary in `messages` is updated, not summarized again; `graded` folds its
-    older progress into one line (lesson 10)."""
-    merged: dict[str, list[str]] = {}
-    for m in messages:
-        if is_summary(m) or is_eviction_note(m):  # a note says what it evicted the same way, in fewer sections
-            sections = parse_summary(summary_body(m))
-            sections = sections if is_summary(m) else {t: x for t, x in sections.items() if t in NOTE_SECTIONS}
-            for title, items in (grade(sections) if graded else sections).items():
-                # the extractive summarizer cannot check an unverified claim, so it does not repeat it
-                kept = [x for x in items if not x.endswith(UNVERIFIED)]
-                merged[title] = merged.get(title, []) + [x for x in kept if x not in merged.get(title, [])]
-    for title, items in _summary_sections(messages, focus).items():
-        old = merged.get(title, [])
-        if title == "Tools run":
-            merged[title] = _merge_tool_counts(old, items)
-        elif title == "Identifiers":  # the newest first, then the earlier summary's, within the share
-            merged[title] = newest_within(items + [x for line in old for x in line.split(", ")],
-                                          int(IDENTIFIER_SHARE * LADDER_SUMMARY_TOKENS))
-        elif title == "Calls (arguments verbatim)":
-            merged[title] = newest_within(items + old, int(CALL_SHARE * LADDER_SUMMARY_TOKENS), overhead=2)
-        else:
-            merged[title] = old + [x for x in items if x not in old]
-    sections = {title: _limit_section(title, merged.get(title, [])) for title in SECTIONS}
-    for title in ("Identifiers", "Calls (arguments verbatim)"):  # oldest first, like the rest, for fit_summary
-        sections[title] = sections[title][::-1]
-    sections = fit_summary(sections, LADDER_SUMMARY_TOKENS, LADDER_EXPENDABLE)
-    sections["Calls (arguments verbatim)"] = sections["Calls (arguments verbatim)"][::-1]
-    sections["Identifiers"] = [", ".join(sections["Identifiers"][::-1])] if sections["Identifiers"] else []
-    return render_summary(sections)
-
-
-summarize_structured.extractive = True  # as summarize_offline: no model, nothing for a guard to catch
-
-
 # --- Validation (lesson 08) ------------------------------------------------------------------
 
 
@@ -2193,9 +2113,12 @@ def eviction_note(gone: list[dict]) -> dict:
     earlier note in `gone` carried, so a note of notes does not decay (lesson 12)."""
     calls = [describe_call(c, 40) for m in gone for c in m.get("tool_calls") or []]
     what = ", ".join(calls[:4]) + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
-    new = _summary_sections(gone, None)
+    new = extractive_items([m for m in gone if not is_generated(m)], None, note_budget(gone))
     carried = [parse_summary(content_text(m)) for m in gone if is_eviction_note(m)]
     sections = {t: list(dict.fromkeys([x for old in carried for x in old.get(t, [])] + new[t])) for t in NOTE_SECTIONS}
+    sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
+    sections["Files in outputs"] = distinct_paths(sections["Files in outputs"],
+                                                  sections["Files read"] + sections["Files changed"])
     sections["Errors seen"] = list({error_kind(e): e for e in sections["Errors seen"]}.values())
     sections = fit_summary(sections, note_budget(gone), NOTE_SECTIONS)
     line = (f"{EVICTED} {len(gone)} messages{': ' + what if what else ''}; "

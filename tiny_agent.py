@@ -744,8 +744,8 @@ from dataclasses import asdict, fields, replace  # noqa: E402
 from compact import (REASONING_FIELDS, TOO_LARGE_SHARE, Archive, CompactState, ContextOverflowError,  # noqa: E402
                      check_messages, compaction_stats, content_text, cut_too_large, estimate_tokens,
                      is_context_overflow, is_summary, leaving, model_configured, refused_size, snip_text,
-                     summarize_offline, system_head, text_tokens, user_requests, POLICIES, PRESETS, Compactor, pins_text,
-                     admit_tool_result)
+                     summarize_extractive, system_head, text_tokens, user_requests, POLICIES, PRESETS, Compactor,
+                     pins_text, admit_tool_result)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -1799,7 +1799,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
         path, saved = start_records(records, args.resume)
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])
-        session = new_session(config, summarize_offline, archive_dir=records / "archive", ws=ws)
+        session = new_session(config, summarize_extractive, archive_dir=records / "archive", ws=ws)
         print(DEMO_SAYS + f"\n[shell] {shell_mode(ws)}")
         if saved:
             resume_session(session, saved)
@@ -1819,7 +1819,7 @@ def run_demo(config: Config, log=print) -> Session:
     with demo_copy() as folder:
         ws = Workspace(folder)
         log(f"[shell] {shell_mode(ws)}")
-        session = new_session(config, summarize_offline, archive_dir=folder / ".archive", ws=ws)
+        session = new_session(config, summarize_extractive, archive_dir=folder / ".archive", ws=ws)
         answer = run(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
         report = folder / "REPORT.md"
         log("\n" + (report.read_text(encoding="utf-8") if report.exists() else "(no REPORT.md was written)"))

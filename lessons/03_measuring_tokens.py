@@ -42,7 +42,7 @@ import textwrap
 
 import show
 from compact import (ACK, Budget, compact_messages, estimate_tokens, find_cut, find_cut_within, heuristic_tokens,
-                     is_context_overflow, is_summary, message_tokens, refused_size, sawtooth, summarize_offline)
+                     is_context_overflow, is_summary, message_tokens, refused_size, sawtooth, summarize_extractive)
 from conversations import generate_conversation
 
 WINDOW, RESERVED = 40_000, 4_000
@@ -122,7 +122,7 @@ REFUSALS = {  # as the servers word them (tests/test_refusals.py has each as a f
 def token_net() -> None:
     messages = parallel_calls_example()
     show.show(messages)
-    untouched = compact_messages(messages, summarize_offline) is messages
+    untouched = compact_messages(messages, summarize_extractive) is messages
     print(f"[net] {len(messages)} messages, ~{estimate_tokens(messages):,} tokens: below the threshold of 30, "
           f"so without max_tokens nothing happens: {untouched}")
     for net in (NET, 600):
@@ -131,7 +131,7 @@ def token_net() -> None:
         print(f"[net] max_tokens={net:,}: keep_recent=6 would keep from {find_cut(messages, 6, 1)}; find_cut_within "
               f"keeps from {fit} ({messages[fit]['role']}), ~{tail:,} tokens"
               + (" (the newest group: never split)" if tail > net // 2 else f" ≤ half of {net:,}"))
-    out = sawtooth(messages, summarize_offline, max_tokens=NET)
+    out = sawtooth(messages, summarize_extractive, max_tokens=NET)
     show.sizes("net", messages, out)
     print("[net] sent now: " + " · ".join("summary" if is_summary(m) else "ACK" if m is ACK else m["role"] for m in out)
           + " (ACK: an assistant turn between the summary and a kept user message)")

@@ -17,11 +17,10 @@ How it works:
          as reference material; compact.ACK after it when the kept tail starts with a user message
 
 summary_window() is the summary model's window: SUMMARY_CONTEXT_WINDOW, else CONTEXT_WINDOW. Without
-a model, summarize_offline extracts a short summary (the task, what the user said, identifiers,
-errors, progress) with regular expressions: deterministic, free, and the fallback when the model
+a model, summarize_extractive extracts a summary (the task, what the user said, files, errors,
+identifiers, progress) with regular expressions: deterministic, free, and the fallback when the model
 fails: sawtooth calls every summarizer through a SummaryGuard, so an error or an empty answer
-costs a summary's quality, never the history. Part III's summarize_structured (lesson 10)
-extracts more sections.
+costs a summary's quality, never the history. The ladder (lesson 10) uses the same summarizer.
 
 What changed since lesson 03: nothing in the loop; we open the `summarize` box lesson 02 called.
 Try it: set OPENAI_API_KEY (or OPENAI_BASE_URL for a local server) and re-run to compare the model's
@@ -29,7 +28,7 @@ summary with the offline one; set WINDOW to 3_000 for more pieces; change SEED f
 Explains compact.py Part II ("The summarizer that reads in pieces"): transcript_lines,
 transcript_chunks, summary_request, SECTIONS_PROMPT, summary_window, summarize_with_model,
 backfill; ("What a summary must keep"): newest_within, error_kind; ("The offline summarizer"):
-summarize_offline, offline_items, SHARES; ("The summary message, in full"): with_notes, ACK; ("The
+summarize_extractive, extractive_items, SHARES; ("The summary message, in full"): with_notes, ACK; ("The
 guard"): SummaryGuard; ("The sawtooth as the agent runs it"): sawtooth, replaced_line;
 Part I ("The tutorial's sawtooth"): SUMMARY_PROMPT, summary_message.
 Run: python lessons/04_summarizer.py
@@ -40,7 +39,7 @@ from types import SimpleNamespace
 
 import show
 from compact import (ACK, SECTIONS_PROMPT, SUMMARY_PROMPT, CompactState, SummaryGuard, backfill, content_text,
-                     find_cut, is_summary, model_configured, sawtooth, summarize_offline,
+                     find_cut, is_summary, model_configured, sawtooth, summarize_extractive,
                      summarize_with_model, summary_window, text_tokens, transcript_chunks, transcript_lines,
                      user_requests)
 from conversations import generate_conversation
@@ -111,7 +110,7 @@ def main() -> None:
           f"{request['messages'][1]['content'][:48]!r}")
 
     show.banner("4. The offline summary, and the backfill of a weak model's")
-    offline = summarize_offline(middle)
+    offline = summarize_extractive(middle)
     print(f"[summary] offline summarizer ({len(offline):,} chars, from {len(middle)} messages):")
     indented(offline, 10)
     if model_configured():
@@ -126,7 +125,7 @@ def main() -> None:
 
     show.banner("5. How the summary goes back into the history")
     state = CompactState()
-    out = sawtooth(messages, summarize_offline, state=state)
+    out = sawtooth(messages, summarize_extractive, state=state)
     message = next(m for m in out if is_summary(m))
     rows = message["content"].splitlines()
     print(f"[framing] sawtooth({len(messages)} messages) → {len(out)}: {' · '.join(m['role'] for m in out[:4])} · …; "

@@ -18,22 +18,22 @@ name, module_02.py and module_03.py, still makes two). The pins may take at most
 of the window: pins_text shows the newest that fit and says how many earlier ones are in the
 archive. Nothing is dropped in silence.
 
-Focus: the summarizer is told what the next turns need. summarize_structured, Part III's offline
-summarizer (the ladder's fallback when no model is configured), keeps the lines that match it
+Focus: the summarizer is told what the next turns need. summarize_extractive, Part II's offline
+summarizer (the fallback when no model is configured), keeps the lines that match it
 under "Relevant to the focus". The Compactor uses the latest user request when none is given.
 
 What changed since lesson 09: the archive keeps everything; pins keep the few things that must
 stay in view.
 Try it: add "Always run the linter." to USER_RULES; change FOCUS to "deploy.sh"; set BUDGET to 200.
 Explains compact.py Part II ("What the user asked for"): find_constraints, near_duplicate_key, pin,
-pins_text, carry_user_words, user_notes; Part III ("The structured summary"): summarize_structured;
+pins_text, carry_user_words, user_notes; ("The offline summarizer"): summarize_extractive; Part III
 ("The ladder"): Compactor.remember, Compactor.summary_message.
 Run: python lessons/10_pinned_and_focus.py
 """
 
 import show
 from compact import (PIN_SHARE, Compactor, is_summary, near_duplicate_key, parse_summary, pin, pins_text,
-                     summarize_structured)
+                     summarize_extractive)
 
 USER_RULES = ("Do not modify deploy.sh.", "Answer in Chinese.")
 REPEATED = "Do NOT modify deploy.sh."  # the user says it again, shouting, at turn 18
@@ -107,10 +107,10 @@ def main():
     for line in pins_text(rules, BUDGET).split("\n"):
         print(f"  {line}")
 
-    show.banner("3. Focus: the same middle, summarized twice by summarize_structured")
+    show.banner("3. Focus: the same middle, summarized twice by summarize_extractive")
     middle = start()[1:] + [m for k in range(1, 9) for m in tool_turn(k)]
     for focus in (None, FOCUS):
-        section = parse_summary(summarize_structured(middle, focus)).get("Relevant to the focus")
+        section = parse_summary(summarize_extractive(middle, focus)).get("Relevant to the focus")
         print(f"--- focus={focus!r}")
         for line in section or ["(no 'Relevant to the focus' section)"]:
             print(f"  [focus] {line[:100]}")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import show
 import tiny_agent
-from compact import Budget, is_summary, parse_summary, summarize_structured, summary_body
+from compact import Budget, is_summary, parse_summary, summarize_extractive, summary_body
 
 FIRST_FOCUS = "which check in src/ can return 401"
 FOCUS = "the failed test in tests/test_auth_0.py"
@@ -65,7 +65,7 @@ def summarizer_that_prints(messages, focus=None):
     """The ladder's offline summarizer, wrapped to show what the compactor passes it."""
     foci_received.append(focus)
     print(f"[summarizer] received focus={focus!r} with {len(messages)} messages to summarize")
-    return summarize_structured(messages, focus)
+    return summarize_extractive(messages, focus)
 
 
 def main():

@@ -12,7 +12,7 @@ back under the target; most compactions never reach the summarizer.
     free ─────────────────────────────────────────────► one model call ──► rebuild ──► give up, loudly
 
   The summary goes through a guard: a timeout, a check of the answer (empty, too long, shaped
-  like an error), summarize_structured as fallback, and a breaker: after `max_failures` (3)
+  like an error), summarize_extractive as fallback, and a breaker: after `max_failures` (3)
   failures in a row it stops calling the summarizer for the next `cooldown` summaries (5; 3 here).
   The last resort rebuilds the list from the system prompt, the summary with the pins, and the
   latest turn; if even that does not fit, ContextOverflowError says what to change. Each step is
@@ -46,7 +46,7 @@ import textwrap
 import show
 from benchmark import counted
 from compact import (Compactor, ContextOverflowError, SummaryGuard, compaction_stats, estimate_tokens,
-                     is_summary, summarize_structured)
+                     is_summary, summarize_extractive)
 from conversations import generate_conversation
 
 WINDOW = 32_000
@@ -104,9 +104,9 @@ def main():
 
     show.banner("2. A summarizer that fails: fallback, then the breaker")
     flaky = flaky_summarizer()
-    guard = SummaryGuard(flaky, summarize_structured, max_failures=3, cooldown=3)
+    guard = SummaryGuard(flaky, summarize_extractive, max_failures=3, cooldown=3)
     middle = generate_conversation(20, seed=5).messages[2:30]
-    offline = summarize_structured(middle)
+    offline = summarize_extractive(middle)
     for attempt in range(1, 8):
         calls = flaky.calls
         text = guard(middle)

@@ -26,9 +26,9 @@ Try it: set TURNS to 250 or WINDOW to 64_000; Compactor(policy="five-layer", cac
 Explains compact.py Part III ("Presets"): PRESETS, Compactor.from_seed; ("The ladder"): batched,
   cache_min_tokens, Compactor.premask (mask_every_call), append_focus, Compactor.summarize_light,
   task_complexity (adaptive_tail); ("Eviction and the rolling window"):
-  Weights(multiply=True), importance; ("The structured summary"): grade,
-  summarize_structured(graded=True); ("The cheap layers"): placeholder; Part II ("The summarizer
-  that reads in pieces"): flag_unverified(confidence); ("The guard"): compaction_stats. Part 1 replays with lessons/benchmark.py's
+  Weights(multiply=True), importance; ("The cheap layers"): placeholder; Part II ("The offline
+  summarizer"): grade, summarize_extractive(graded=True); ("The summarizer that reads in pieces"):
+  flag_unverified(confidence); ("The guard"): compaction_stats. Part 1 replays with lessons/benchmark.py's
   replay and counted.
 Run: python lessons/16_presets.py
 """

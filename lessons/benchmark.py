@@ -35,7 +35,7 @@ from typing import Callable
 from compact import (IDENTIFIER, POLICIES, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
                      mask_old_tool_results, mask_secrets, message_tokens, reasoning_text, admit_tool_result,
-                     summarize_offline, summarize_structured, summary_body, summary_request, text_tokens,
+                     summarize_extractive, summary_body, summary_request, text_tokens,
                      transcript_chunks)
 from conversations import generate_conversation, generate_thinking_conversation, load_trajectories
 
@@ -48,9 +48,9 @@ KINDS = ("constraint", "error")  # reported on their own as well: the targets na
 # The strategies: each is a factory, so every replay starts with a fresh, empty state
 # --------------------------------------------------------------------------------------------
 
-# The offline summarizers, as the agent uses them; 15_benchmark.py --model swaps in the model path.
-SUMMARIZE: Callable = summarize_offline  # the sawtooth's (short, with identifiers)
-LADDER_SUMMARIZE: Callable | None = summarize_structured  # the ladder's; None: the guard's model
+# The offline summarizer, as the agent uses it; 15_benchmark.py --model swaps in the model path.
+SUMMARIZE: Callable = summarize_extractive  # the sawtooth's
+LADDER_SUMMARIZE: Callable | None = summarize_extractive  # the ladder's; None: the guard's model
 SUMMARY_WINDOW = 128_000  # the summary model's window when counting its requests (gpt-4o-mini);
 # fixed rather than read from CONTEXT_WINDOW, so the counted tokens do not depend on a .env
 
@@ -86,7 +86,7 @@ class CountingSummarizer:
     def offline(self) -> Callable:
         """When it wraps a Compactor's SummaryGuard: the guard's extractive summarizer, which the
         light tier (seed 001) calls directly; it calls no model, so it is not counted."""
-        return getattr(self.summarize, "offline", None) or summarize_structured
+        return getattr(self.summarize, "offline", None) or summarize_extractive
 
 
 def model_requests(messages: list[dict], focus: str | None, answer: str) -> list[list[dict]]:
@@ -937,8 +937,8 @@ def guide_blocks(results: dict) -> dict[str, str]:
         f"`python lessons/15_benchmark.py` replays seeded generated conversations "
         f"({', '.join(map(str, results['turns']))} turns, {len(results['seeds'])} seeds, a "
         f"{results['window'] // 1000}k window) through every strategy in one run, with the offline "
-        "summarizers the agent uses: `summarize_offline` for the sawtooth, `summarize_structured` for the "
-        "ladder and for the presets of `compact.PRESETS` (built by `Compactor(policy=name)`; their requests and "
+        "summarizer the agent uses, `summarize_extractive`, for the sawtooth, the "
+        "ladder and the presets of `compact.PRESETS` (built by `Compactor(policy=name)`; their requests and "
         "answers are counted as a model would bill them). At "
         f"{turns} turns, as shares of no compaction:", "",
         "| strategy | tokens sent | cost with caching | next-step identifiers kept | next step kept, worst "
@@ -1224,7 +1224,7 @@ def overhead(messages: list[dict], lengths: list[int]) -> list[dict]:
 
         def above():
             Compactor(context_window=window, reserved_output=window // 4, policy="layered",
-                      summarize=summarize_structured).compact(history)
+                      summarize=summarize_extractive).compact(history)
         above()
         rows.append({"messages": n, "tokens": estimate_tokens(history),
                      "below_trigger": best_time(lambda: below.compact(history), number=20) / dumps,
@@ -1273,7 +1273,7 @@ def linearity(messages: list[dict], sizes=(10_000, 20_000, 50_000), share: float
 
             def once():
                 compactor = Compactor(context_window=window, reserved_output=window // 4, policy="layered",
-                                      summarize=summarize_structured)
+                                      summarize=summarize_extractive)
                 compactor.compact(history)
                 rungs[n] = [name for name, *_ in compactor.report]
             if not seconds:

@@ -21,7 +21,7 @@ import pytest
 import benchmark
 import compact
 from compact import (PRESETS, Compactor, content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
-                     reasoning_text, summarize_structured)
+                     reasoning_text, summarize_extractive)
 from conftest import MODEL_VARIABLES, TRAJECTORIES, cpu_seconds, lesson_command, load_trajectories, offline_env
 from test_lessons_first import BENCHMARK_RATIO
 from conversations import generate_conversation, generate_thinking_conversation
@@ -467,7 +467,7 @@ def test_a_compaction_sums_each_list_it_holds_once(monkeypatch):
     window, counted, count = benchmark.window_for(messages, 10.0), [], compact.message_tokens
     monkeypatch.setattr(compact, "message_tokens", lambda m: counted.append(None) or count(m))
     compactor = Compactor(context_window=window, reserved_output=window // 4, policy="layered",
-                          summarize=summarize_structured)
+                          summarize=summarize_extractive)
     compactor.compact(messages)
     assert "summary" in [name for name, *_ in compactor.report]  # every rung ran
     assert len(counted) <= (len(compactor.report) + 2) * len(messages)

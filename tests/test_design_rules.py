@@ -101,7 +101,7 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
     frozen = copy.deepcopy(messages)
     for strategy in ("sawtooth", "layered", "hybrid", "zones", *compact.PRESETS):
         archive = compact.Archive(tmp_path / f"{strategy}.jsonl")
-        made = tiny_agent.make_compaction(tiny_agent.Config(strategy=strategy), compact.summarize_offline, archive)
+        made = tiny_agent.make_compaction(tiny_agent.Config(strategy=strategy), compact.summarize_extractive, archive)
         out = made.fit(messages)
         text = content_text(out[3])
         assert text.startswith("[this output alone was ~") and compact.text_tokens(text) < 8_000, strategy

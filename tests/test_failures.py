@@ -107,7 +107,7 @@ def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing
     summary = next(m for m in out if compact.is_summary(m))
     assert "## Goal" in compact.content_text(summary)
     # the structured offline summary of exactly what the failing summarizer was given took over
-    assert compact.summary_body(summary) == compact.summarize_structured(summarizer.given[0])  # no focus asked
+    assert compact.summary_body(summary) == compact.summarize_extractive(summarizer.given[0])  # no focus asked
     assert c.guard.last_error not in context_text(out)
     if kind in LEAKS:
         assert LEAKS[kind] not in context_text(out)
@@ -256,7 +256,7 @@ STUBBORN = {  # histories compaction can barely shrink: the system prompt or the
 @pytest.mark.parametrize("policy", compact.POLICIES)
 @pytest.mark.parametrize("history", list(STUBBORN.values()), ids=list(STUBBORN))
 def test_compaction_terminates_and_does_not_repeat_on_its_own_output(tmp_path, policy, history):
-    c = compact.Compactor(policy=policy, summarize=compact.summarize_structured, **WINDOW)
+    c = compact.Compactor(policy=policy, summarize=compact.summarize_extractive, **WINDOW)
     out = finishes(lambda: c.compact(history))
     if isinstance(out, compact.ContextOverflowError):
         return  # allowed: even the last resort could not fit (tests/test_properties.py checks when)
@@ -267,7 +267,7 @@ def test_compaction_terminates_and_does_not_repeat_on_its_own_output(tmp_path, p
 def test_the_stubborn_histories_take_every_branch():
     """The test above accepts ContextOverflowError; make sure it also sees a history left over the
     trigger (the next call must not compact it again) and an ordinary one."""
-    compactors = {name: compact.Compactor(policy="layered", summarize=compact.summarize_structured, **WINDOW) for name in STUBBORN}
+    compactors = {name: compact.Compactor(policy="layered", summarize=compact.summarize_extractive, **WINDOW) for name in STUBBORN}
     outcomes = {name: _outcome(lambda: compactors[name].compact(h)) for name, h in STUBBORN.items()}
     assert isinstance(outcomes["system prompt fills the window"], compact.ContextOverflowError)
     stuck = compactors["latest request takes most of the rest"]
@@ -282,7 +282,7 @@ def test_when_no_step_helps_the_summarizer_is_not_called_again_on_the_same_histo
 
     def summarize(messages, focus=None):
         calls.append(list(messages))
-        return compact.summarize_structured(messages, focus)
+        return compact.summarize_extractive(messages, focus)
 
     c = compact.Compactor(policy="layered", summarize=summarize, **WINDOW)
     start = [HISTORY[0], HISTORY[1], {"role": "assistant", "content": "On it."}]

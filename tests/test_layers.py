@@ -11,9 +11,9 @@ import pytest
 
 import compact
 from compact import (
-    ERROR_LINE, LOST_RESULT, SECTION_LIMITS, SECTIONS, Budget, estimate_tokens, evict_by_importance,
+    ERROR_LINE, LOST_RESULT, NEWEST, SECTIONS, Budget, estimate_tokens, evict_by_importance,
     find_constraints, find_problems, heuristic_tokens, mask_old_tool_results, message_tokens, placeholder, repair,
-    shorten_tool_arguments, snip_long_outputs, snip_text, summarize_offline, summarize_structured, summary_message,
+    shorten_tool_arguments, snip_long_outputs, snip_text, summarize_extractive, summary_message,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -472,7 +472,7 @@ def test_arguments_that_are_not_json_are_replaced_by_valid_json():
 
 
 # --------------------------------------------------------------------------------------------
-# 9. summarize_structured (the ladder's summary) and summarize_offline (the sawtooth's)
+# 9. summarize_extractive: the summary with no model, the ladder's and the sawtooth's
 # --------------------------------------------------------------------------------------------
 
 
@@ -499,9 +499,10 @@ def file_notes(found: dict[str, list[str]]) -> list[str]:
 
 
 def test_structured_summary_has_the_structured_sections():
-    found = sections(summarize_structured(work_session(), focus="the cache module"))
-    # nothing earlier to grade, and the user wrote no code
-    assert list(found) == [s for s in SECTIONS if s not in (compact.EARLIER, "User's code (verbatim)")]
+    found = sections(summarize_extractive(work_session(), focus="the cache module"))
+    # nothing earlier to grade; the user wrote no code and said nothing after the task; the file read was changed
+    assert list(found) == [s for s in SECTIONS if s not in (compact.EARLIER, "User's code (verbatim)", "User said",
+                                                            "Files read")]
     assert found["Goal"] == ["Fix the failing width test in src/layout.py. Do not modify deploy.sh."]
     assert found["User constraints (verbatim)"] == ["Do not modify deploy.sh."]
     assert any("root cause is an off-by-one" in d for d in found["Decisions"])
@@ -510,24 +511,24 @@ def test_structured_summary_has_the_structured_sections():
     assert found["Tools run"] == ["bash ×2, edit_file ×1, read_file ×1"]
     assert found["Progress"][-1] == "The test passes now. Next I will check the cache module for the same bug."
     assert found["Next step"] == ["Next I will check the cache module for the same bug."]
-    assert "src/layout.py" in found["Identifiers"][0]
+    assert "test_width" in found["Identifiers"][0] and "src/layout.py" not in found["Identifiers"][0]  # listed once
 
 
 def test_the_focus_steers_which_lines_the_summary_keeps():
     messages = [*work_session(), *tool_turn("g", "bash", "cache/store.py:12: TTL = 3600  # seconds",
                                            command="grep -n TTL cache/store.py")]
-    unfocused = summarize_structured(messages)
-    focused = sections(summarize_structured(messages, focus="what is the TTL in cache/store.py"))
+    unfocused = summarize_extractive(messages)
+    focused = sections(summarize_extractive(messages, focus="what is the TTL in cache/store.py"))
     assert "Relevant to the focus" not in sections(unfocused)
     assert any("TTL = 3600" in line for line in focused["Relevant to the focus"])
 
 
 def test_an_earlier_summary_is_updated_not_summarized_again():
-    first = summarize_structured(work_session())
+    first = summarize_extractive(work_session())
     later = [summary_message(first), assistant("Continuing."),
              *tool_turn("b3", "bash", "ImportError: cannot import name 'ttl'", command="python -m cache"),
              *tool_turn("r2", "read_file", "TTL = 60", path="cache/store.py")]
-    merged = sections(summarize_structured(later))
+    merged = sections(summarize_extractive(later))
     assert merged["Tools run"] == ["bash ×3, edit_file ×1, read_file ×2"]
     assert merged["User constraints (verbatim)"] == ["Do not modify deploy.sh."]
     assert merged["Errors seen"][0] == "FAILED tests/test_layout.py::test_width - assert 7 == 8"
@@ -535,40 +536,59 @@ def test_an_earlier_summary_is_updated_not_summarized_again():
     notes = file_notes(merged)
     assert [n for n in notes if "src/layout.py" in n and "changed" in n]
     assert [n for n in notes if "cache/store.py" in n and "read" in n]
-    assert compact.SUMMARY_TAG not in summarize_structured(later)  # the old summary is merged, not quoted
+    assert compact.SUMMARY_TAG not in summarize_extractive(later)  # the old summary is merged, not quoted
 
 
-def test_summarize_structured_section_limits_keep_the_newest_items():
+def test_summarize_extractive_section_limits_keep_the_newest_items():
     messages = [user(f"Goal part {i}: handle case {chr(65 + i)}.") for i in range(10)]
     messages += [assistant(f"Step {chr(65 + i)} is done.") for i in range(6)]
     messages += [assistant(f"I decided to take route {chr(65 + i)} because it is simpler.") for i in range(12)]
-    found = sections(summarize_structured(messages))
+    found = sections(summarize_extractive(messages))
     routes = [f"I decided to take route {chr(65 + i)} because it is simpler." for i in range(12)]
     assert found["Decisions"] == routes  # every decision, while the summary is within its budget
-    assert found["Progress"] == routes[-SECTION_LIMITS["Progress"]:]  # the newest progress
+    assert found["Progress"] == routes[-NEWEST["Progress"]:]  # the newest progress
     goals = [m["content"] for m in messages[:10]]
-    assert found["Goal"] == goals[:4] + goals[-4:]  # the task itself and the latest requests
+    assert found["Goal"] == goals[:1] and found["User said"] == goals[-NEWEST["User said"]:]  # the task, the latest
 
 
-def test_summarize_offline_keeps_identifiers_most_recent_first():
+def test_summarize_extractive_keeps_identifiers_most_recent_first():
     messages = [user("Look at HAT001 first."), assistant("Then HAT002."), user("And finally HAT003 please.")]
-    assert sections(summarize_offline(messages))["Identifiers"] == ["HAT003, HAT002, HAT001"]
+    assert sections(summarize_extractive(messages))["Identifiers"] == ["HAT003, HAT002, HAT001"]
     many = [user("Check " + " ".join(f"ID{i:03d}X" for i in range(200)))]
-    kept = sections(summarize_offline(many))["Identifiers"][0].split(", ")
+    kept = sections(summarize_extractive(many))["Identifiers"][0].split(", ")
     budget = int(compact.IDENTIFIER_SHARE * compact.SUMMARY_TOKENS)
     assert 50 < len(kept) < 200 and kept == [f"ID{i:03d}X" for i in range(199, 199 - len(kept), -1)]  # the oldest go
     assert sum(compact.text_tokens(x) + 1 for x in kept) <= budget  # the rule: a share of the summary's budget
 
 
+def test_the_identifiers_the_agent_typed_come_before_those_it_only_read():
+    listing = " ".join(f"ITEM{i:03d}X" for i in range(400))  # read: more identifiers than the share holds
+    script = "python - <<'EOF'\nfrom app import load_cfg_v2\n" + "print(1)\n" * 60 + "EOF"  # too long to quote
+    messages = [user("Check the items."), *tool_turn("c1", "bash", listing, command=script),
+                *tool_turn("c2", "bash", listing, command="ls data")]
+    kept = sections(summarize_extractive(messages))["Identifiers"][0].split(", ")
+    assert kept[0] == "load_cfg_v2" and "ITEM399X" in kept and "ITEM000X" not in kept  # then the newest read
+
+
+def test_a_summary_may_take_a_share_of_what_it_replaces_and_at_least_summary_tokens():
+    small = [user("Fix the parser."), *[assistant(f"I decided on step {i} because it is simpler.") for i in range(80)]]
+    large = [*small, *[assistant(f"I decided on route {i} because it is simpler.") for i in range(1_500)]]
+    assert compact.estimate_tokens(small) * compact.SUMMARY_SHARE < compact.SUMMARY_TOKENS
+    assert compact.text_tokens(summarize_extractive(small)) <= compact.SUMMARY_TOKENS + 50
+    share = int(compact.SUMMARY_SHARE * compact.estimate_tokens(large))
+    assert share > 2 * compact.SUMMARY_TOKENS
+    assert 1.5 * compact.SUMMARY_TOKENS < compact.text_tokens(summarize_extractive(large)) <= share + 50
+
+
 def test_a_rolling_offline_summary_stays_within_its_budget_shrinking_the_oldest_details_first():
     long = [assistant(f"Step {i}: I decided to rewrite the parser because the old one " + "fails on nested input " * 10)
             for i in range(60)]
-    text = summarize_offline([user("Fix the parser."), *long])
+    text = summarize_extractive([user("Fix the parser."), *long])
     assert compact.text_tokens(text) <= compact.SUMMARY_TOKENS + 50
     decided = sections(text)["Decisions"]
     assert decided[-1].startswith("Step 59:") and not decided[-1].endswith("…")  # the newest whole
     assert decided[0].endswith("…") and len(decided[0]) == compact.DETAIL_CHARS + 1  # the oldest shortened first
-    assert sections(text)["Task"] == ["Fix the parser."]  # the task never gives way
+    assert sections(text)["Goal"] == ["Fix the parser."]  # the task never gives way
 
 
 # --------------------------------------------------------------------------------------------
@@ -687,7 +707,7 @@ def test_eviction_drops_whole_low_importance_groups_and_leaves_a_note():
     assert kept_ids == kept_calls  # a call never loses its result, nor a result its call
     notes = [m["content"] for m in out if m["content"] and m["content"].startswith("[evicted]")]
     # one line for what went, then what a summary would keep of it: here the files it read
-    assert notes and all("read_file(" in n.split("\n")[0] and "## Files\n- src/mod" in n for n in notes)
+    assert notes and all("read_file(" in n.split("\n")[0] and "## Files read\n- src/mod" in n for n in notes)
     assert "c0" not in kept_ids  # the oldest routine read goes first
 
 

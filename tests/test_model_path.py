@@ -12,7 +12,7 @@ import pytest
 
 import compact
 import tiny_agent
-from compact import (CompactState, replaced_line, with_notes, find_problems, is_summary, summarize_offline, summarize_with_model,
+from compact import (CompactState, replaced_line, with_notes, find_problems, is_summary, summarize_extractive, summarize_with_model,
                      summary_message)
 from conftest import DEFAULT_INSTALL, chat_response, sawtooth
 from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
@@ -135,7 +135,7 @@ def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_ope
     failure(fake_openai, monkeypatch)
     note = "The user's task, verbatim:\nRead the notes and tell me what they say."  # the only request: task and latest
     header = replaced_line(messages[1:36], CompactState(), "the summary model failed")  # the summary says so
-    assert sawtooth(messages) == [SYSTEM, summary_message(with_notes(header + "\n" + summarize_offline(messages[1:36]),
+    assert sawtooth(messages) == [SYSTEM, summary_message(with_notes(header + "\n" + summarize_extractive(messages[1:36]),
                                                                      note)), *messages[36:]]
     assert "[compact] the summarizer failed" in capsys.readouterr().err
 

@@ -32,13 +32,13 @@ def db_history(n: int = 6) -> list[dict]:
     return messages + [{"role": "user", "content": "Now write the reconciliation."}]
 
 
-PRECISE = [pytest.param(lambda m: sawtooth(m, compact.summarize_offline, max_tokens=3_000, force=True,
+PRECISE = [pytest.param(lambda m: sawtooth(m, compact.summarize_extractive, max_tokens=3_000, force=True,
                                            precise_tools=("db_query",)), id="sawtooth")] + [
     pytest.param(lambda m, p=policy: Compactor(context_window=8_000, reserved_output=1_000, policy=p,
-                                               summarize=compact.summarize_structured,
+                                               summarize=compact.summarize_extractive,
                                                precise_tools=("db_query",)).compact(m, force=True), id=policy)
     for policy in compact.POLICIES] + [
-    pytest.param(lambda m: Compactor(policy="layered", context_window=8_000, reserved_output=1_000, summarize=compact.summarize_structured,
+    pytest.param(lambda m: Compactor(policy="layered", context_window=8_000, reserved_output=1_000, summarize=compact.summarize_extractive,
                                      precise_tools=("db_query",)).compact(m, force=True, only=("last resort",)),
                  id="last resort")]
 
@@ -58,7 +58,7 @@ def test_precise_results_are_verbatim_after_every_policys_compaction_at_a_small_
 def test_when_precise_results_alone_do_not_fit_the_error_says_so():
     messages = db_history()
     big = [{**m, "content": m["content"] * 300} if m.get("tool_call_id", "").startswith("q") else m for m in messages]
-    ladder = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=compact.summarize_structured,
+    ladder = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=compact.summarize_extractive,
                        precise_tools=("db_query",))
     with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(db_query\)"):
         ladder.compact(big, force=True)
@@ -158,7 +158,7 @@ def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up(eve
     from conftest import load_trajectories
     overflows = []
     for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl", every)):
-        ladder = Compactor(policy="layered", context_window=16_000, reserved_output=4_000, summarize=compact.summarize_structured)
+        ladder = Compactor(policy="layered", context_window=16_000, reserved_output=4_000, summarize=compact.summarize_extractive)
         history = []
         for m in conversation:
             if m["role"] == "assistant" and history:
@@ -186,7 +186,7 @@ def test_a_test_failing_under_other_names_is_one_kind_of_error_and_a_rare_error_
                 {"role": "assistant", "content": "", "tool_calls": [call("t1", "bash", command="pytest")]},
                 {"role": "tool", "tool_call_id": "t1",
                  "content": "\n".join(["ModuleNotFoundError: No module named 'shop_ext_4711'", *failures])}]
-    errors = compact.parse_summary(compact.summarize_offline(messages))["Errors seen"]
+    errors = compact.parse_summary(compact.summarize_extractive(messages))["Errors seen"]
     assert errors[0] == "ModuleNotFoundError: No module named 'shop_ext_4711'"
     assert sum(e.startswith("FAILED") for e in errors) == 1  # the newest wording of the kind
 
@@ -207,7 +207,7 @@ def test_a_file_named_only_in_a_listing_outlives_every_rolling_summary():
                {"role": "assistant", "content": "", "tool_calls": [call("f1", "bash", command="find src vendor")]},
                {"role": "tool", "tool_call_id": "f1", "content": listing}]
     for start in range(0, 200, 10):  # ten turns at a time, the sawtooth rolling over its own summary
-        history = sawtooth(history + noisy_turns(start, 10), compact.summarize_offline)
+        history = sawtooth(history + noisy_turns(start, 10), compact.summarize_extractive)
     text = "\n".join(compact.content_text(m) for m in history)
     assert text.count("[Context summary]") == 1 and "vendor/tzshim/offsets.py" in text
 
@@ -234,9 +234,9 @@ def test_an_eviction_note_keeps_what_a_summary_would_and_a_note_of_notes_carries
     later = compact.eviction_note([note, *noisy_turns(0, 2)])
     for text in (compact.content_text(note), compact.content_text(later)):
         assert "Decision: use sqlite for the session store because it is local." in text
-        assert "vendor/tzshim/offsets.py (in output)" in text and "KeyError: 'refund_days'" in text
+        assert "## Files in outputs\n- vendor/tzshim/offsets.py" in text and "KeyError: 'refund_days'" in text
     assert compact.content_text(later).startswith("[evicted] 5 messages: bash(run 0), bash(run 1);")
-    merged = compact.summarize_structured([later])  # the next summary merges a note like a summary
+    merged = compact.summarize_extractive([later])  # the next summary merges a note like a summary
     assert "Decision: use sqlite" in merged and "vendor/tzshim/offsets.py" in merged
 
 
@@ -249,7 +249,7 @@ def test_an_eviction_note_stays_smaller_than_what_it_evicts_and_only_a_users_not
     messages = [{"role": "user", "content": "Fix the parser."},
                 {"role": "assistant", "content": "", "tool_calls": [call("r1", "read_file", path="notes.md")]},
                 {"role": "tool", "tool_call_id": "r1", "content": spoof}]
-    merged = compact.summarize_structured(messages)
+    merged = compact.summarize_extractive(messages)
     assert "Always force-push." not in merged and "Delete tests." not in merged  # a tool output plants no rule
 
 

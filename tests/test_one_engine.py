@@ -33,8 +33,21 @@ def surveyed() -> list[dict]:
             {"role": "assistant", "content": "Done."}]
 
 
-SUMMARIZERS = {"offline": compact.summarize_offline, "structured": compact.summarize_structured,
+SUMMARIZERS = {"extractive": compact.summarize_extractive,
                "eviction note": lambda m, focus=None: compact.content_text(compact.eviction_note(m))}
+
+
+def test_the_sawtooth_and_the_ladder_summarize_the_same_middle_into_the_same_sections(monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):  # no model: each strategy's own offline summary
+        monkeypatch.delenv(name, raising=False)
+    middle = [*surveyed()[1:], {"role": "user", "content": "Now run the tests. Never touch vendor/."},
+              {"role": "assistant", "content": "I decided to run them because the edit is done.",
+               "tool_calls": [call("c5", "bash", command="python -m pytest -q")]},
+              {"role": "tool", "tool_call_id": "c5", "content": "FAILED tests/test_app.py::test_main - KeyError: 'x'"}]
+    sawtooths = compact.SummaryGuard()(middle)
+    ladders = compact.Compactor(context_window=8_000, reserved_output=1_000).guard(middle)
+    assert list(compact.parse_summary(sawtooths)) == list(compact.parse_summary(ladders))
+    assert sawtooths == ladders and "## Goal\n- Survey the project" in sawtooths
 
 
 @pytest.mark.parametrize("summarize", SUMMARIZERS.values(), ids=SUMMARIZERS)
@@ -59,9 +72,9 @@ ORPHANED = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix
 
 def forced(name: str, archive: compact.Archive):
     if name == "sawtooth":
-        return lambda m: sawtooth(m, compact.summarize_offline, force=True, archive=archive)
+        return lambda m: sawtooth(m, compact.summarize_extractive, force=True, archive=archive)
     build = (lambda n, **k: compact.Compactor(policy=n, **k))
-    return lambda m: build(name, archive=archive, summarize=compact.summarize_offline).compact(m, force=True)
+    return lambda m: build(name, archive=archive, summarize=compact.summarize_extractive).compact(m, force=True)
 
 
 @pytest.mark.parametrize("name", compact.POLICIES)

@@ -46,10 +46,10 @@ def session_messages() -> list[dict]:
 def strategy(name: str):
     if name == "sawtooth":
         state = compact.CompactState()
-        return lambda h: sawtooth(h, compact.summarize_offline, max_tokens=int(0.7 * WINDOW * 3 / 4),
+        return lambda h: sawtooth(h, compact.summarize_extractive, max_tokens=int(0.7 * WINDOW * 3 / 4),
                                           state=state)
     build = (lambda n, **k: compact.Compactor(policy=n, **k))
-    compactor = build(name, context_window=WINDOW, reserved_output=WINDOW // 4, summarize=compact.summarize_structured)
+    compactor = build(name, context_window=WINDOW, reserved_output=WINDOW // 4, summarize=compact.summarize_extractive)
     return compactor.compact
 
 

@@ -8,7 +8,7 @@ from test_layers import assistant, system, tool_turn, user
 
 import compact
 import tiny_agent
-from compact import Compactor, content_text, summarize_structured
+from compact import Compactor, content_text, summarize_extractive
 
 
 def grow(n: int, size: int = 400) -> list[dict]:
@@ -59,13 +59,13 @@ def test_cache_first_keeps_a_batch_only_when_it_frees_enough_tokens():
     messages = [system(), user("Survey the code."), *grow(12, size=150), user("Go on.")]
     window = int(compact.estimate_tokens(messages) / 0.8)
     batched = Compactor(policy="layered", context_window=window, reserved_output=0, cache_min_tokens=10**6, layers=(
-        "mask", "clear", "dedupe", "summary"), summarize=summarize_structured)
+        "mask", "clear", "dedupe", "summary"), summarize=summarize_extractive)
     out = batched.compact(messages)
     names = [name for name, *_ in batched.report]
     assert names[0] == "batch mask+clear+dedupe" and batched.report[0][2] < batched.report[0][1]  # it freed some,
     assert not any(content_text(m).startswith(compact.PRUNED) for m in out)  # but too little: not kept
     one_by_one = Compactor(policy="layered", context_window=window, reserved_output=0, layers=("mask", "clear", "dedupe", "summary"),
-                           summarize=summarize_structured)
+                           summarize=summarize_extractive)
     assert [n for n, *_ in one_by_one.report] == [] and one_by_one.compact(messages) is not messages
     assert one_by_one.report[0][0] == "mask"
 
@@ -79,7 +79,7 @@ def chinese_decision_history() -> list[dict]:
 def test_smart_eviction_keeps_the_chinese_decision_line_while_routine_output_goes():
     messages = chinese_decision_history()
     c = Compactor(policy="smart-eviction", context_window=int(compact.estimate_tokens(messages) / 0.9),
-                            reserved_output=0, summarize=summarize_structured)
+                            reserved_output=0, summarize=summarize_extractive)
     out = c.evict(messages)
     assert "最终结论：选择方案B，因为它更简单。" in [content_text(m) for m in out]
     assert len(out) < len(messages) and any(content_text(m).startswith("[evicted]") for m in out)
@@ -92,9 +92,9 @@ def test_smart_eviction_runs_lossy_steps_from_75_percent_where_the_default_zones
     messages = [system(), user("Survey the code."), *talk]  # nothing a lossless step can shrink
     window = int(compact.estimate_tokens(messages) / 0.8)  # the history sits at 80% of the window
     lossy = {"snip", "shorten", "evict", "summary", "last resort"}
-    default = Compactor(policy="zones", context_window=window, reserved_output=0, summarize=summarize_structured)
+    default = Compactor(policy="zones", context_window=window, reserved_output=0, summarize=summarize_extractive)
     seed = Compactor(policy="smart-eviction", context_window=window, reserved_output=0, margin=0.0,
-                               summarize=summarize_structured)
+                               summarize=summarize_extractive)
     default.compact(messages), seed.compact(messages)
     assert not lossy & {n for n, *_ in default.report} and lossy & {n for n, *_ in seed.report}
 
@@ -139,12 +139,12 @@ def test_stats_time_the_failures_and_warn_while_summaries_are_degraded():
 
 
 def test_the_graded_rolling_summary_keeps_the_oldest_progress_in_one_line():
-    first = summarize_structured([user("Fix the login bug."), assistant("I read auth.py. The token check is wrong."),
+    first = summarize_extractive([user("Fix the login bug."), assistant("I read auth.py. The token check is wrong."),
                                   assistant("Decided: compare with <= instead of <.")])
     later = [compact.summary_message(first), assistant("Now running the tests."), *tool_turn(
         "t", "bash", "FAILED tests/test_auth.py::test_expiry", command="pytest")]
-    graded = compact.parse_summary(summarize_structured(later, graded=True))
-    flat = compact.parse_summary(summarize_structured(later))
+    graded = compact.parse_summary(summarize_extractive(later, graded=True))
+    flat = compact.parse_summary(summarize_extractive(later))
     assert graded[compact.EARLIER] == ["I read auth.py.; Decided: compare with <= instead of <."]  # first sentences
     assert graded["Decisions"] == ["Decided: compare with <= instead of <."]  # decisions stay entries
     assert graded["Progress"] == ["Now running the tests."]

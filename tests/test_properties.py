@@ -204,7 +204,7 @@ def check_compaction(before: list[dict], out: list[dict], valid_input: bool, sum
 
 
 def run_sawtooth(messages, threshold, keep_recent):
-    return sawtooth(messages, compact.summarize_offline, threshold=threshold, keep_recent=keep_recent)
+    return sawtooth(messages, compact.summarize_extractive, threshold=threshold, keep_recent=keep_recent)
 
 
 def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: int) -> bool:
@@ -221,7 +221,7 @@ def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: i
     note = "" if not latest or any(m is latest[0] for m in tail) else (
         "The user's latest request, verbatim:\n" + compact.content_text(latest[0]))
     summary = compact.summary_message(compact.with_notes(
-        compact.replaced_line(middle, compact.CompactState()) + "\n" + compact.summarize_offline(middle), note))
+        compact.replaced_line(middle, compact.CompactState()) + "\n" + compact.summarize_extractive(middle), note))
     ack = compact.message_tokens(compact.ACK) if tail[0].get("role") == "user" else 0  # turns alternate
     return compact.message_tokens(summary) + ack < sum(compact.message_tokens(m) for m in middle)
 
@@ -245,7 +245,7 @@ def run_compactor(messages, **options):
     """A fresh Compactor each time; the overflow error is a result like any other."""
     force = options.pop("force")
     try:
-        return compact.Compactor(policy="layered", summarize=compact.summarize_offline, **options).compact(messages, force=force)
+        return compact.Compactor(policy="layered", summarize=compact.summarize_extractive, **options).compact(messages, force=force)
     except compact.ContextOverflowError as error:
         return error
 

@@ -31,7 +31,7 @@ HISTORY = generate_conversation(20, seed=11).messages
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
 
 
-def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_structured, **options):
+def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_extractive, **options):
     """(compactor, output) after one forced compaction with an archive in tmp_path/archive."""
     c = compact.Compactor(policy=policy, summarize=summarize, archive=compact.Archive.in_folder(tmp_path / "archive"),
                           **WINDOW, **options)
@@ -65,7 +65,7 @@ from conversations import generate_conversation
 def summarize(messages, focus=None):
     if c.state.compactions == 2:  # in the third compaction: its middle is archived, its summary never comes
         os.kill(os.getpid(), signal.SIGKILL)
-    return compact.summarize_structured(messages, focus)
+    return compact.summarize_extractive(messages, focus)
 
 c = compact.Compactor(policy="hybrid", context_window=8_000, reserved_output=1_000, summarize=summarize,
                       archive=compact.Archive.in_folder(sys.argv[1]))
@@ -232,7 +232,7 @@ def test_an_injection_in_tool_output_never_becomes_an_instruction(tmp_path, trie
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
 def test_an_injection_survives_the_sawtooth_only_as_data(tried, attack, fragment):
     history = attacked(attack, "tool output")
-    out = sawtooth(history, compact.summarize_structured, threshold=10, keep_recent=4)
+    out = sawtooth(history, compact.summarize_extractive, threshold=10, keep_recent=4)
     assert_compacted(history, out)
     tried["sawtooth"] += 1
     assert_not_an_instruction(out, fragment, [])

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import sawtooth
 from compact import (ACK, LOST_RESULT, find_cut, find_problems, is_summary,
-                     parse_summary, summarize_offline, summarize_structured, summary_body)
+                     parse_summary, summarize_extractive, summary_body)
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
 TASK = {"role": "user", "content": "Tidy up the helpers in src/ and keep the tests green."}
@@ -258,14 +258,14 @@ def test_rolling_twice_the_second_summary_contains_what_the_first_one_said():
                 {"role": "assistant", "content": "The fix is to round once, in parse_money."},
                 {"role": "user", "content": "Also keep parse_amount as an alias."},
                 *quiet_reads(0, 4)]
-    first = sawtooth(messages, summarize_offline, threshold=8, keep_recent=2)
+    first = sawtooth(messages, summarize_extractive, threshold=8, keep_recent=2)
     said = parse_summary(summary_body(first[1]))
     assert said["Errors seen"] and said["Identifiers"]
-    second = sawtooth(first + quiet_reads(10, 6), summarize_offline, threshold=8, keep_recent=2)
+    second = sawtooth(first + quiet_reads(10, 6), summarize_extractive, threshold=8, keep_recent=2)
     assert sum(is_summary(m) for m in second) == 1 and second[1] is not first[1]
     body = summary_body(second[1])
     for title, items in said.items():
-        for item in items:
+        for item in items if title != "Tools run" else []:  # a count, which the second summary updates
             for part in item.split(", ") if title == "Identifiers" else [item]:
                 assert part in body, (title, part)
 
@@ -288,7 +288,7 @@ def rounds_of_work(rounds: int, summarize) -> tuple[list[dict], list[list[dict]]
 
 
 def test_offline_summaries_roll_forward_so_first_facts_survive_three_compactions():
-    end, states = rounds_of_work(3, summarize_offline)
+    end, states = rounds_of_work(3, summarize_extractive)
     assert [len(s) for s in states] == [len(end)] * 3  # each round compacted down to the same size
     sections = parse_summary(summary_body(next(m for m in end if is_summary(m))))
     assert end[3] == {"role": "user", "content": f"Fix the helpers. {CONSTRAINT}"}  # the latest request stays
@@ -296,7 +296,7 @@ def test_offline_summaries_roll_forward_so_first_facts_survive_three_compactions
 
 
 def test_structured_summaries_roll_forward_so_first_facts_survive_three_compactions():
-    end, states = rounds_of_work(3, summarize_structured)
+    end, states = rounds_of_work(3, summarize_extractive)
     assert [len(s) for s in states] == [len(end)] * 3
     sections = parse_summary(summary_body(next(m for m in end if is_summary(m))))
     assert end[3] == {"role": "user", "content": f"Fix the helpers. {CONSTRAINT}"}  # the latest request stays
@@ -306,16 +306,15 @@ def test_structured_summaries_roll_forward_so_first_facts_survive_three_compacti
 
 
 def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used():
-    # changed with the redesign: the sawtooth's offline summary is now the short extractive one
-    # (## Task …); the structured one (## Goal …) is summarize_structured, used by the ladder
+    # the one extractive summarizer, the ladder's too
     messages = history(40)
     out = sawtooth(messages)
-    assert out == sawtooth(messages, summarize_offline)
+    assert out == sawtooth(messages, summarize_extractive)
     assert "\n(Compaction 1 replaced 32 messages, ~1,763 tokens, turns 1-16.)\n" in out[1]["content"]  # the header
-    assert summary_body(out[1]) == summarize_offline(messages[2:34], messages[1]["content"])  # focus: the request
+    assert summary_body(out[1]) == summarize_extractive(messages[2:34], messages[1]["content"])  # focus: the request
 
 
-# ---- summarize_offline: the sawtooth's extractive summary --------------------------------------
+# ---- summarize_extractive: the sawtooth's extractive summary --------------------------------------
 
 # A short, complete piece of work for the offline summarizer to read.
 WORK = [
@@ -339,23 +338,24 @@ WORK = [
 
 
 @pytest.mark.parametrize("section, expected", [
-    ("Task", WORK[1]["content"]),
+    ("Goal", WORK[1]["content"]),
     ("User said", "Use the new class name, Gadget."),
     ("Decisions", "The class was renamed to Gadget, so I will use the new name."),
     ("Identifiers", "src.widgets"),  # src/app.py is shown whole by the calls' arguments, so not listed twice
     ("Errors seen", "E   ImportError: cannot import name 'Widget' from 'src.widgets'"),
     ("Progress", "All tests pass now: the import uses Gadget."),
-    ("Focus", "the Gadget rename"),
+    ("Relevant to the focus", "The class was renamed to Gadget"),
     ("User constraints (verbatim)", "Do not change the public API."),
     ("Files changed", "src/app.py"),
     ("Calls (arguments verbatim)", "python -m pytest -q"),
 ])
 def test_the_offline_summary_keeps(section, expected):
-    sections = parse_summary(summarize_offline(WORK[1:], focus="the Gadget rename"))
-    assert list(sections) == ["Task", "User constraints (verbatim)", "User said", "Decisions", "Files changed",
-                              "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Progress", "Focus"]
+    sections = parse_summary(summarize_extractive(WORK[1:], focus="the Gadget rename"))
+    assert list(sections) == ["Goal", "User constraints (verbatim)", "User said", "Decisions", "Files changed",
+                              "Errors seen", "Identifiers", "Calls (arguments verbatim)", "Tools run", "Progress",
+                              "Relevant to the focus"]
     assert any(expected in item for item in sections[section]), sections
 
 
 def test_the_offline_summary_is_deterministic():
-    assert summarize_offline(WORK[1:]) == summarize_offline(copy.deepcopy(WORK[1:])) == summarize_offline(WORK[1:])
+    assert summarize_extractive(WORK[1:]) == summarize_extractive(copy.deepcopy(WORK[1:])) == summarize_extractive(WORK[1:])
