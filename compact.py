@@ -1558,12 +1558,15 @@ class Compactor:
         if unknown:
             raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
         offline = functools.partial(summarize_extractive, graded=True) if self.graded else summarize_extractive
-        self.guard = SummaryGuard(self.summarize, offline, confidence=self.confidence, state=self.state)
+        self.guard = self.summarize if isinstance(self.summarize, SummaryGuard) else SummaryGuard(
+            self.summarize, offline, confidence=self.confidence, state=self.state)  # a guard given is shared
 
     @property
     def budget(self) -> Budget:
-        window = min(self.context_window, self.state.window or self.context_window)  # a refusal may name less
-        return Budget(window, self.reserved_output, self.trigger, self.target, self.fixed_tokens, self.margin)
+        window = min(self.context_window, self.state.window or self.context_window)  # a refusal may name less,
+        reserved = min(self.reserved_output, window // 4) if window < self.context_window else self.reserved_output
+        return Budget(window, reserved, self.trigger, self.target, self.fixed_tokens, self.margin)  # and a
+        # quarter of it is then what the reply keeps, at most what was configured
 
     @property
     def report(self) -> list[tuple[str, int, int, float]]:

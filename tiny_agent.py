@@ -10,7 +10,7 @@ end of any of them (README: "Fork it"):
 
     Layer 1  the tutorial's agent   the loop, the tools, the tutorial's sawtooth, one task
     Layer 2  real servers           what is sent, refusals, settings, the REPL, sessions, the demo
-    Layer 3  the ladder             compact.py's Part III as strategies of the agent
+    Layer 3  the ladder             compact.py's Part III, whose policies STRATEGIES lists by name
 
 Run `python tiny_agent.py` with no model configured to watch the demo; set OPENAI_API_KEY or
 OPENAI_BASE_URL (in the shell or in .env) to use a real model.
@@ -224,7 +224,7 @@ class Compaction:
     state: object = None  # what lasts across compactions (compact.CompactState), saved by the REPL
     archive: object = None  # compact.Archive: every message that leaves the context, for recall
     guard: object = None  # compact.SummaryGuard: the summarizer's failure times and breaker, for /context
-    meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens) for /context
+    meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, trigger share) for /context
 
 
 def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT,
@@ -744,7 +744,7 @@ from dataclasses import asdict, fields, replace  # noqa: E402
 from compact import (REASONING_FIELDS, TOO_LARGE_SHARE, Archive, CompactState, ContextOverflowError,  # noqa: E402
                      check_messages, compaction_stats, content_text, cut_too_large, estimate_tokens,
                      is_context_overflow, is_summary, leaving, model_configured, refused_size, snip_text,
-                     summarize_extractive, system_head, text_tokens, user_requests, POLICIES, PRESETS, Compactor,
+                     summarize_extractive, system_head, text_tokens, user_requests, POLICIES, Compactor,
                      pins_text, admit_tool_result)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
@@ -940,8 +940,9 @@ def engine_compaction(config: Config, summarize: Callable, archive: Archive | No
     compactor = Compactor(context_window=config.context_window, reserved_output=config.reserved_output,
                           policy=config.strategy, fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
                           reattach=(lambda path: current_text(ws, path)) if ws else None,
-                          precise_tools=config.precise_tools, **({} if config.strategy in PRESETS else dict(
-                              threshold=config.threshold, keep_recent=config.keep_recent)))
+                          precise_tools=config.precise_tools,  # --threshold and --keep-recent where the policy has them
+                          **{name: getattr(config, name) for name in ("threshold", "keep_recent")
+                             if name in POLICIES[config.strategy]})
 
     def fit(messages, focus=None, level=0, usage=None):
         with waiting(label="compacting"):
@@ -953,7 +954,7 @@ def engine_compaction(config: Config, summarize: Callable, archive: Archive | No
     def meter(messages):
         head = estimate_tokens(messages[:system_head(messages)]) - 3
         trigger = int(compactor.trigger * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
-        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9))
+        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compactor.trigger
     return Compaction(config.strategy, fit, admit=lambda call, output: admit_tool_result(compactor, call, output),
                       state=compactor.state, archive=archive, meter=meter, guard=compactor.guard)
 
@@ -1003,7 +1004,14 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
                 "and CONTEXT_WINDOW, or shorten the latest message" if made.name != "none" else
                 f"the history (~{request_tokens(messages, usage):,} tokens) no longer fits the model's window "
                 "and --strategy none does not compact: choose another")
-        out = strategy_fit(messages, focus=focus, level=min(level, 2), usage=usage)
+        if level >= HARDEST:  # every long message but the user's is cut first, archived whole
+            messages = shorten_for_window(messages, archive, made.state)
+        try:
+            out = strategy_fit(messages, focus=focus, level=min(level, 2), usage=usage)
+        except ContextOverflowError:
+            if level >= HARDEST:
+                raise
+            return fit(messages, focus, HARDEST, usage)  # the strategy cannot fit it: the hardest level, now
         return shorten_for_window(out, archive, made.state) if level >= HARDEST else out
     return replace(made, fit=fit, refused=refused,
                    describe=lambda before, after, usage: describe_compaction(made, before, after, usage))
@@ -1465,7 +1473,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")
         kinds[kind] += estimate_tokens([m]) - 3
-    trigger, pins = c.meter(session.messages) if c.meter else (config.context_window, 0)
+    trigger, pins, rule = c.meter(session.messages) if c.meter else (config.context_window, 0, 0.0)
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
     window, total = config.context_window, sum(kinds.values())
@@ -1476,7 +1484,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
         counted = f"; the server counted {n:,} for the last request" + ("" if current else ", before a compaction")
     lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + (
-        f" (of the window, less the {config.reserved_output:,} kept for the reply)" if c.meter else "") + counted]
+        f" ({rule:.0%} of the window less the {config.reserved_output:,} kept for the reply)" if rule else "") + counted]
     for kind, size in kinds.items():
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
@@ -1859,6 +1867,8 @@ def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:
 # ════════════════════════════════════════════════════════════════════════════════════════════
 # Layer 3 · The ladder: compact.py's Part III as strategies of the agent (lessons 05-16)
 # ════════════════════════════════════════════════════════════════════════════════════════════
+# compact.py's Part III adds its steps and policies to the one engine (POLICIES): STRATEGIES lists
+# them by name, so the ladder needs nothing more here. A fork that stops above keeps the sawtooth.
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -257,7 +257,7 @@ def test_hybrid_keeps_the_last_messages_raw_and_a_rolling_summary():
     later = compactor.compact([*out, *chat(12, start=50), user("And the release notes.")])
     assert [m for m in later if is_summary(m)] == [summary_of(later)]  # one summary, rolled forward
     said = compact.parse_summary(compact.summary_body(summary_of(later)))
-    assert said["Goal"][0].startswith("Question 0:") and any(g.startswith("Question 5") for g in said["User said"])
+    assert said["Goal"][0].startswith("Refactor the modules") and any(g.startswith("Question 5") for g in said["User said"])
 
 
 # --------------------------------------------------------------------------------------------

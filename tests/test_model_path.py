@@ -12,8 +12,8 @@ import pytest
 
 import compact
 import tiny_agent
-from compact import (CompactState, replaced_line, with_notes, find_problems, is_summary, summarize_extractive, summarize_with_model,
-                     summary_message)
+from compact import (ACK, CompactState, estimate_tokens, replaced_line, find_problems, is_summary, summarize_extractive,
+                     summarize_with_model)
 from conftest import DEFAULT_INSTALL, chat_response, sawtooth
 from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
 
@@ -131,12 +131,12 @@ def unreachable(fake_openai, monkeypatch):
 
 @pytest.mark.parametrize("failure", [server_error, unreachable])
 def test_when_the_summary_model_fails_the_offline_summarizer_takes_over(fake_openai, monkeypatch, capsys, failure):
-    messages = work(20)  # 42 messages: the tail is the last 6, from index 36; the task is in the middle
+    messages = work(20)  # 42 messages: the tail is the last 6, from index 36; the task is the latest request
     failure(fake_openai, monkeypatch)
-    note = "The user's task, verbatim:\nRead the notes and tell me what they say."  # the only request: task and latest
-    header = replaced_line(messages[1:36], CompactState(), "the summary model failed")  # the summary says so
-    assert sawtooth(messages) == [SYSTEM, summary_message(with_notes(header + "\n" + summarize_extractive(messages[1:36]),
-                                                                     note)), *messages[36:]]
+    header = replaced_line(messages[2:36], CompactState(), "the summary model failed")  # the summary says so
+    out = sawtooth(messages)
+    assert out[0] == SYSTEM and out[2:] == [ACK, messages[1], *messages[36:]]  # the request stays whole
+    assert header + "\n" + summarize_extractive(messages[2:36]) + "\n" in out[1]["content"]
     assert "[compact] the summarizer failed" in capsys.readouterr().err
 
 
@@ -262,9 +262,10 @@ def test_the_compact_tool_compacts_at_once_and_the_loop_goes_on(fake_openai, tmp
     fake, session, answer, _ = run_loop(fake_openai, tmp_path, script(8)[:-1] + [compact_call, chat_response("Done.")])
     assert answer == "Done." and session.compactions == 1
     kept = "the notes in notes/3.txt" if focus else "the task"  # the tool says what the compaction did
-    assert tool_result(fake, "k") == f"compacted 21 → 8 messages, keeping what matters for: {kept}"
+    assert tool_result(fake, "k") == f"compacted 21 → 10 messages, keeping what matters for: {kept}"  # the
+    # system prompt, the summary and its acknowledgement, the request, the last 6
     prompt = fake.summaries[0]["messages"][1]["content"]
-    assert (focus in prompt) if focus else ("Focus the summary on" not in prompt)
+    assert focus in prompt if focus else "Focus the summary on: " in prompt  # when none is asked: the latest request
     last = fake.loop[-1]["messages"]
     assert any(is_summary(m) for m in last) and find_problems(last) == []
 
@@ -283,7 +284,7 @@ def test_a_second_refusal_in_a_row_compacts_harder_and_never_resends_a_refused_r
     fake, session, answer, log = run_loop(fake_openai, tmp_path, script(10), refuse=(8, 9))
     assert answer == "All notes are written." and session.compactions == 2
     sent = [body["messages"] for body in fake.loop]
-    assert len(sent[10]) < len(sent[9]) < len(sent[8])
+    assert estimate_tokens(sent[10]) < estimate_tokens(sent[9]) < estimate_tokens(sent[8])
     assert sent[9] != sent[8] and sent[10] not in (sent[8], sent[9])
     assert sum("refused the request as too long" in line for line in log) == 2
 

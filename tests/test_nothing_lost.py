@@ -267,8 +267,9 @@ def test_what_the_last_resort_drops_after_the_summary_is_folded_into_it():
                 "tool_calls": [call("f1", "bash", command="find src vendor")]},
                {"role": "tool", "tool_call_id": "f1", "content": "vendor/tzshim/offsets.py"},
                {"role": "assistant", "content": "", "tool_calls": [call("h1", "bash", command="cat big.log")]},
-               {"role": "tool", "tool_call_id": "h1", "content": "log line\n" * 3_000}]
-    ladder = Compactor(context_window=4_000, reserved_output=500, policy="hybrid", keep_recent=4, summarize=model)
+               {"role": "tool", "tool_call_id": "h1", "content": "log line\n" * 300}]
+    ladder = Compactor(context_window=4_000, reserved_output=500, policy="hybrid", keep_recent=4, summarize=model,
+                       target=0.2)  # the summary and the last 4 messages are over it: the last resort runs
     out = ladder.compact(history, force=True)
     text = "\n".join(compact.content_text(m) for m in out)
     assert len(calls) == 1 and [step for step, *_ in ladder.state.report][-1] == "last resort"

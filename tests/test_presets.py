@@ -23,7 +23,7 @@ def test_every_preset_builds_and_says_which_steps_it_runs():
     for name in compact.PRESETS:
         steps = [s[0] for s in Compactor(policy=name).steps()]
         assert steps[0] == "reasoning" and steps[-1] == "last resort", (name, steps)
-    with pytest.raises(ValueError, match="unknown preset"):
+    with pytest.raises(ValueError, match="unknown policy"):
         Compactor(policy="nine-layer")
 
 
@@ -80,11 +80,12 @@ def test_smart_eviction_keeps_the_chinese_decision_line_while_routine_output_goe
     messages = chinese_decision_history()
     c = Compactor(policy="smart-eviction", context_window=int(compact.estimate_tokens(messages) / 0.9),
                             reserved_output=0, summarize=summarize_extractive)
-    out = c.evict(messages)
+    out = compact.evict(c, messages, compact.Pass(), compact.Weights(multiply=True))
     assert "最终结论：选择方案B，因为它更简单。" in [content_text(m) for m in out]
     assert len(out) < len(messages) and any(content_text(m).startswith("[evicted]") for m in out)
-    score = compact.importance(messages, (10, 11), 0.5, c.weights)
-    assert score > compact.importance(messages, (2, 4), 0.5, c.weights) * 2  # decisions multiply
+    weights = dict(s for s in c.layers if isinstance(s, tuple))["evict"]["weights"]  # the preset's, as data
+    score = compact.importance(messages, (10, 11), 0.5, weights)
+    assert score > compact.importance(messages, (2, 4), 0.5, weights) * 2  # decisions multiply
 
 
 def test_smart_eviction_runs_lossy_steps_from_75_percent_where_the_default_zones_stop():
@@ -117,7 +118,7 @@ def test_the_kept_window_grows_with_the_tasks_complexity():
                                                         command=f"pytest tests/t{i}.py")]
     complex_ = [*simple, *errors]
     plain = Compactor(policy="layered", context_window=2_000, reserved_output=0)
-    seed = Compactor(policy="layered", context_window=2_000, reserved_output=0, adaptive_tail=True)
+    seed = Compactor(policy="layered", context_window=2_000, reserved_output=0, tail_growth=1.0)
     assert compact.task_complexity(simple) < compact.task_complexity(complex_)
     grown = [len(messages) - seed.boundaries(messages)[1] - (len(messages) - plain.boundaries(messages)[1])
              for messages in (simple, complex_)]
@@ -176,7 +177,7 @@ def test_the_light_tier_reuses_the_rolling_summary_without_a_model_call_when_tha
     assert [n for n, *_ in tight.report] == ["light", "summary"] and len(calls) == 1
     header, body = tight.state.summary.split("\n", 1)
     assert body.startswith("## Goal\n- Survey the code.")  # the rebuild's, not the light one's
-    assert header.startswith("(Compaction 1 replaced 18 messages,") and "turns 1-9" in header  # the light tier's
+    assert header.startswith("(Compaction 1 replaced 19 messages,") and "turns 1-9" in header  # the light tier's
     # turns were not counted, since its summary was not kept
 
 

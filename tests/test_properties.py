@@ -245,7 +245,7 @@ def run_compactor(messages, **options):
     """A fresh Compactor each time; the overflow error is a result like any other."""
     force = options.pop("force")
     try:
-        return compact.Compactor(policy="layered", summarize=compact.summarize_extractive, **options).compact(messages, force=force)
+        return compact.Compactor(**{"policy": "layered", "summarize": compact.summarize_extractive, **options}).compact(messages, force=force)
     except compact.ContextOverflowError as error:
         return error
 
@@ -378,7 +378,7 @@ def test_sawtooth_output_is_valid_for_damaged_conversations():
 
 def check_every_policy(messages: list[dict], options: dict, valid_input: bool, seen: Counter) -> None:
     """Every policy, triggered by size and forced, on the same conversation."""
-    for policy in compact.POLICIES:
+    for policy in [p for p in compact.POLICIES if p not in compact.PRESETS]:  # a preset is data on one of them
         for force in (False, True):
             check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input, seen)
 

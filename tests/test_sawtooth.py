@@ -311,7 +311,7 @@ def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used
     out = sawtooth(messages)
     assert out == sawtooth(messages, summarize_extractive)
     assert "\n(Compaction 1 replaced 32 messages, ~1,763 tokens, turns 1-16.)\n" in out[1]["content"]  # the header
-    assert summary_body(out[1]) == summarize_extractive(messages[2:34], messages[1]["content"])  # focus: the request
+    assert summary_body(out[1]) == summarize_extractive(messages[2:34])  # an extractive summary needs no focus
 
 
 # ---- summarize_extractive: the sawtooth's extractive summary --------------------------------------
