@@ -426,7 +426,7 @@ IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:
                         r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
                         r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
 IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
-SUMMARY_TOKENS = 1_000  # what an extractive summary may take, in tokens: past it, its oldest details shrink first
+SUMMARY_TOKENS = 2_400  # an extractive summary may take at least this, in tokens (past it, its oldest details shrink first)
 
 
 def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[str]:

@@ -572,7 +572,7 @@ def test_the_identifiers_the_agent_typed_come_before_those_it_only_read():
 
 def test_a_summary_may_take_a_share_of_what_it_replaces_and_at_least_summary_tokens():
     small = [user("Fix the parser."), *[assistant(f"I decided on step {i} because it is simpler.") for i in range(80)]]
-    large = [*small, *[assistant(f"I decided on route {i} because it is simpler.") for i in range(1_500)]]
+    large = [*small, *[assistant(f"I decided on route {i} because it is simpler.") for i in range(4_000)]]
     assert compact.estimate_tokens(small) * compact.SUMMARY_SHARE < compact.SUMMARY_TOKENS
     assert compact.text_tokens(summarize_extractive(small)) <= compact.SUMMARY_TOKENS + 50
     share = int(compact.SUMMARY_SHARE * compact.estimate_tokens(large))
