@@ -4,6 +4,7 @@ calls), and one validator: a forced compaction always returns a valid list, orph
 from __future__ import annotations
 
 import json
+import re
 
 import compact
 from conftest import sawtooth
@@ -159,3 +160,37 @@ def test_every_strategy_waits_after_three_failures_in_a_row_and_counts_them(stra
     assert len(calls) == 3  # then the breaker waits, as the ladder always did
     assert made.state.failures == 3 and "ConnectionError" in made.state.last_error
     assert capsys.readouterr().err.count("[compact] the summarizer failed") == 3
+
+
+# ---- one engine, its policies and presets as data (items 2, 3) -----------------------------
+
+
+def test_every_strategy_runs_the_one_engine_whose_default_policy_is_the_sawtooth():
+    import tiny_agent
+    assert compact.Compactor().policy == "sawtooth" and compact.Compactor().layers[:2] == ("reasoning", "summary")
+    assert set(tiny_agent.STRATEGIES) == {"none", *compact.POLICIES}
+    assert {tiny_agent.STRATEGIES[name] for name in compact.POLICIES} == {tiny_agent.STRATEGIES["sawtooth"]}
+
+
+def test_each_policy_and_preset_is_data_on_the_engines_fields_and_steps():
+    fields = {f.name for f in __import__("dataclasses").fields(compact.Compactor) if f.init}
+    for name, settings in compact.POLICIES.items():
+        assert set(settings) <= fields, (name, set(settings) - fields)
+        steps = [s if isinstance(s, str) else s[0] for s in settings["layers"] + settings.get("every_call", ())]
+        assert set(steps) <= set(compact.STEPS), name
+    engine = __import__("inspect").getsource(compact.Compactor)
+    assert not re.search(r"(==|!=|\bin)\s*\(?\s*[\"'](" + "|".join(map(re.escape, compact.POLICIES)) + ")", engine)  # no
+    # branch compares with a policy's name: what differs is in POLICIES
+
+
+def test_the_default_sawtooth_keeps_the_recent_files_and_the_latest_request_as_the_ladder_does():
+    messages = surveyed() + [{"role": "user", "content": "Now list what changed."}] + [
+        m for k in range(5, 25) for m in (
+            {"role": "assistant", "content": None, "tool_calls": [call(f"r{k}", "bash", command=f"ls dir{k}")]},
+            {"role": "tool", "tool_call_id": f"r{k}", "content": f"file_{k}.txt"})]
+    for policy in ("sawtooth", "layered"):
+        out = compact.Compactor(policy=policy, summarize=compact.summarize_extractive).compact(messages, force=True)
+        summary = compact.content_text(next(m for m in out if compact.is_summary(m)))
+        assert "Recently used files (reopen them if you need their content): Makefile, REPORT.md, src/app.py" in summary
+        assert {"role": "user", "content": "Now list what changed."} in out, policy  # verbatim, as a message
+        assert compact.find_problems(out) == []
