@@ -541,6 +541,7 @@ EXTRA_RULE = "\n\n---\n"  # separates the summary from what the compactor adds b
 
 EVICTED = "[evicted]"  # how an eviction note starts (lesson 12)
 GENERATED = (SUMMARY_TAG, EVICTED, "[system note]")  # user-role messages the user never wrote
+ACK = {"role": "assistant", "content": "Understood. I have the summary of the earlier turns and will continue."}
 
 
 def is_summary(message: dict) -> bool:
@@ -548,7 +549,8 @@ def is_summary(message: dict) -> bool:
 
 
 def is_generated(message: dict) -> bool:
-    return message.get("role") == "user" and content_text(message).startswith(GENERATED)
+    """A message the compactor wrote, not the user nor the model: a summary, a note, the acknowledgement."""
+    return message == ACK or message.get("role") == "user" and content_text(message).startswith(GENERATED)
 
 
 def user_requests(messages: list[dict]) -> list[dict]:
@@ -571,7 +573,6 @@ def with_notes(summary: str, notes: str) -> str:
     """A summary with what the compactor itself adds below it (pins, the latest request, where the
     archive is), after a rule, so the next compaction reads the summary alone (lesson 04)."""
     return summary.strip() + (EXTRA_RULE + notes.strip() if notes.strip() else "")
-ACK = {"role": "assistant", "content": "Understood. I have the summary of the earlier turns and will continue."}
 
 
 # --- What the user asked for, and which files the turns touched (lesson 04) ---------------
@@ -1768,7 +1769,7 @@ class Compactor:
         held_ids, turn = {id(h) for h in held}, held + turn  # what precise tools returned is never cut
         gone = [m for m in messages[len(system):] if id(m) not in in_turn and id(m) not in held_ids]
         self.archive_messages(gone, run)
-        fresh = [m for m in gone if not is_generated(m) and m is not ACK]
+        fresh = [m for m in gone if not is_generated(m)]
         if fresh and not run.summarized:  # one summarizer call at most in a compaction
             text, why = self.guard(gone, focus=run.focus), getattr(self.guard, "stood_in", "")
             self.state.summary = (replaced_line(gone, self.state, why) + "\n") * bool(why) + text
