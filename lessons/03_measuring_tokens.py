@@ -13,11 +13,12 @@ once and remembered, so a long history is not re-tokenized on every turn. messag
 message's reasoning, its tool calls and the framing every message costs; estimate_tokens sums a
 list.
 
-The token net puts tokens under the message count: sawtooth(..., max_tokens=...) compacts a list
-over max_tokens even below the threshold, and find_cut_within keeps fewer recent messages until
-they take at most half of max_tokens, but never fewer than the newest tool-call group. When the
+The token net puts tokens under the message count: the sawtooth (Compactor(), the engine's default
+policy) compacts a list that passes `trigger` of its window even below the threshold of 30, and
+find_cut_within keeps fewer recent messages until they take at most half of that many tokens
+(max_tokens), but never fewer than the newest tool-call group. When the
 server refuses a request anyway, is_context_overflow recognises each family's wording and
-refused_size reads the count it gives: the truth about that request's size. Then Part III's
+refused_size reads the count it gives: the truth about that request's size. Then the engine's
 Budget says how much of the window the history may use:
 
     |<------------------------------ context_window ------------------------------>|
@@ -33,16 +34,15 @@ Try it: paste your own text into SAMPLES; set NET to 6_000 and the net leaves th
 set WINDOW to 128_000 and see the trigger move.
 Explains compact.py Part II ("Tokens"): heuristic_tokens, text_tokens, message_tokens,
 estimate_tokens; ("The token net"): find_cut_within; ("Refusals"): is_context_overflow,
-refused_size; ("The sawtooth as the agent runs it"): sawtooth(max_tokens=...); Part III
-("Measuring"): Budget.
+refused_size; ("The one engine every strategy runs"): Compactor, Budget.
 Run: python lessons/03_measuring_tokens.py
 """
 
 import textwrap
 
 import show
-from compact import (ACK, Budget, compact_messages, estimate_tokens, find_cut, find_cut_within, heuristic_tokens,
-                     is_context_overflow, is_summary, message_tokens, refused_size, sawtooth, summarize_extractive)
+from compact import (ACK, Budget, Compactor, compact_messages, estimate_tokens, find_cut, find_cut_within, heuristic_tokens,
+                     is_context_overflow, is_summary, message_tokens, refused_size, summarize_extractive)
 from conversations import generate_conversation
 
 WINDOW, RESERVED = 40_000, 4_000
@@ -131,7 +131,9 @@ def token_net() -> None:
         print(f"[net] max_tokens={net:,}: keep_recent=6 would keep from {find_cut(messages, 6, 1)}; find_cut_within "
               f"keeps from {fit} ({messages[fit]['role']}), ~{tail:,} tokens"
               + (" (the newest group: never split)" if tail > net // 2 else f" ≤ half of {net:,}"))
-    out = sawtooth(messages, summarize_extractive, max_tokens=NET)
+    # the sawtooth with a NET-token window, nothing reserved: it compacts once the history passes it
+    sawtooth = Compactor(context_window=NET, reserved_output=0, trigger=1.0, summarize=summarize_extractive)
+    out = sawtooth.compact(messages)
     show.sizes("net", messages, out)
     print("[net] sent now: " + " · ".join("summary" if is_summary(m) else "ACK" if m is ACK else m["role"] for m in out)
           + " (ACK: an assistant turn between the summary and a kept user message)")

@@ -12,14 +12,14 @@ How it works:
       ─► summary_request(previous, piece): [system: SECTIONS_PROMPT, user: <transcript>…</transcript>]
       ─► a cheap model, no tools, temperature 0.1 ─► summary text, folded into the next piece's request
       ─► backfill(): what the extractive pass finds and the model left out is appended
-      ─► sawtooth(): "(Compaction N replaced M messages, …)" first, the user's latest request below
+      ─► Compactor(): "(Compaction N replaced M messages, …)" first, the user's latest request below
          it (with_notes) when it left the context, all in summary_message(): a USER message framed
          as reference material; compact.ACK after it when the kept tail starts with a user message
 
 summary_window() is the summary model's window: SUMMARY_CONTEXT_WINDOW, else CONTEXT_WINDOW. Without
 a model, summarize_extractive extracts a summary (the task, what the user said, files, errors,
 identifiers, progress) with regular expressions: deterministic, free, and the fallback when the model
-fails: sawtooth calls every summarizer through a SummaryGuard, so an error or an empty answer
+fails: the engine (Compactor) calls every summarizer through a SummaryGuard, so an error or an empty answer
 costs a summary's quality, never the history. The ladder (lesson 10) uses the same summarizer.
 
 What changed since lesson 03: nothing in the loop; we open the `summarize` box lesson 02 called.
@@ -29,7 +29,7 @@ Explains compact.py Part II ("The summarizer that reads in pieces"): transcript_
 transcript_chunks, summary_request, SECTIONS_PROMPT, summary_window, summarize_with_model,
 backfill; ("What a summary must keep"): newest_within, error_kind; ("The offline summarizer"):
 summarize_extractive, extractive_items, SHARES; ("The summary message, in full"): with_notes, ACK; ("The
-guard"): SummaryGuard; ("The sawtooth as the agent runs it"): sawtooth, replaced_line;
+guard"): SummaryGuard; ("The one engine every strategy runs"): Compactor, replaced_line;
 Part I ("The tutorial's sawtooth"): SUMMARY_PROMPT, summary_message.
 Run: python lessons/04_summarizer.py
 """
@@ -38,8 +38,8 @@ import textwrap
 from types import SimpleNamespace
 
 import show
-from compact import (ACK, SECTIONS_PROMPT, SUMMARY_PROMPT, CompactState, SummaryGuard, backfill, content_text,
-                     find_cut, is_summary, model_configured, sawtooth, summarize_extractive,
+from compact import (ACK, SECTIONS_PROMPT, SUMMARY_PROMPT, Compactor, CompactState, SummaryGuard, backfill, content_text,
+                     find_cut, is_summary, model_configured, summarize_extractive,
                      summarize_with_model, summary_window, text_tokens, transcript_chunks, transcript_lines,
                      user_requests)
 from conversations import generate_conversation
@@ -125,10 +125,10 @@ def main() -> None:
 
     show.banner("5. How the summary goes back into the history")
     state = CompactState()
-    out = sawtooth(messages, summarize_extractive, state=state)
+    out = Compactor(summarize=summarize_extractive, state=state).compact(messages)  # the sawtooth
     message = next(m for m in out if is_summary(m))
     rows = message["content"].splitlines()
-    print(f"[framing] sawtooth({len(messages)} messages) → {len(out)}: {' · '.join(m['role'] for m in out[:4])} · …; "
+    print(f"[framing] Compactor().compact({len(messages)} messages) → {len(out)}: {' · '.join(m['role'] for m in out[:4])} · …; "
           f"the summary is summary_message(...), role={message['role']!r}:")
     print(textwrap.fill(rows[0], 100, initial_indent="    ", subsequent_indent="    "))
     print(f"    {rows[2]}\n    … {len(rows) - 4} more lines of the summary …\n    {rows[-1]}")
@@ -141,7 +141,7 @@ def main() -> None:
     def broken(middle, focus=None):
         raise ConnectionError("the summary model is down")
     failed = CompactState()
-    kept = sawtooth(messages, broken, state=failed)
+    kept = Compactor(summarize=broken, state=failed).compact(messages)
     print(f"[fallback] a summarizer that raises: {len(messages)} → {len(kept)} messages all the same, "
           f"state.failures = {failed.failures}, last_error = {failed.last_error!r}")
     print(f"[lesson 04] done: {len(middle)} messages → {len(lines)} tagged lines → {len(client.requests)} pieces "

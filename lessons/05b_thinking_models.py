@@ -20,8 +20,8 @@ DeepSeek's thinking-mode guide, for the messages between two user messages:
 the reasoning of stretches that called tools.) check() below is that rule, checked here: nothing
 is sent anywhere.
 
-How it works: drop_old_reasoning is the first rung of every policy of the ladder, and
-compact.sawtooth calls it before Part I's compact_messages. It follows the rule above: it removes the
+How it works: drop_old_reasoning is the first step, "reasoning", of every policy of the one engine,
+the sawtooth (Compactor()) included, before any summary. It follows the rule above: it removes the
 reasoning of a finished exchange (user message to user message) that called no tool, keeps the
 reasoning of every exchange that called tools, and returns a new list (part 2 checks the result
 against the rule). The summarizer's transcript shows reasoning only as a short marker, because it

@@ -19,8 +19,9 @@ cut says so.
 What changed since lesson 05b: masking dropped old results and old reasoning; snipping shrinks big
 ones, even new ones.
 Try it: set MAX_LINES to 10 or 200; in main(), call pytest_log(failing=(5, 230)) to fail in head and tail.
-Explains compact.py Part II ("What a summary must keep"): snip_text, ERROR_LINE; Part III ("The
-cheap layers"): snip_long_outputs, newest_batch.
+Explains compact.py Part II ("What a summary must keep"): snip_text, ERROR_LINE; ("The one engine
+every strategy runs"): snip_long_outputs, newest_batch; Part III ("The ladder's steps and
+policies"): snip.
 Run: python lessons/06_snip.py
 """
 

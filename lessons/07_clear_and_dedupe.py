@@ -15,8 +15,9 @@ reusing every message they do not change. The newest results and the last calls 
 
 What changed since lesson 06: three more cheap layers; lesson 13 runs them all in one ladder.
 Try it: make the second read of cart.py return other text and see dedupe keep it; set keep_last=0.
-Explains compact.py Part III ("The cheap layers"): clear_tool_results, dedupe_tool_results,
-shorten_tool_arguments, shorten_value; Part II ("The archive"): map_strings.
+Explains compact.py Part III ("The cheap layers"): clear_tool_results, dedupe_tool_results; Part II
+("The one engine every strategy runs"): shorten_tool_arguments, shorten_value; ("The archive"):
+map_strings.
 Run: python lessons/07_clear_and_dedupe.py
 """
 

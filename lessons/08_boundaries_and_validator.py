@@ -7,29 +7,28 @@ result), and the provider answers HTTP 400. So do a system message in the middle
 providers, a conversation that does not start with the user.
 
 How it works:
-    [system][task] | [old turns .............. ] | [newest turns within the tail budget]
-        head       |   middle (what is replaced) |   tail (kept verbatim)
+    [system] | [task][old turns ............. ] | [newest turns within the tail budget]
+      head   |   middle (what is replaced)      |   tail (kept verbatim)
   The tail is filled from the end up to `tail_share` of the effective window; if its first
   message is a tool result, the start moves forward to the next assistant message, so a call
   and its results are always on the same side. Afterwards find_problems lists what a provider
   would reject, and repair fixes it: an orphan result goes, an open call gets a placeholder
   result, a late system message becomes a user note. Tool results are paired with the calls
   just before them (by position), because real models reuse ids. A message with no valid role
-  cannot be repaired: compaction (sawtooth, and every Compactor) refuses the list loudly
+  cannot be repaired: compaction (the one engine, Compactor, whatever its policy) refuses the list loudly
   (check_messages) instead of dropping it.
 
 What changed since lesson 07: the cheap layers never moved a message; from here on we cut.
 Try it: set TAIL_SHARES to (0.01, 0.02, 0.03); add {"role": "assistant", "content": ""} to a
   broken list and see the new problem and its repair.
 Explains compact.py Part I ("The tutorial's sawtooth"): find_cut; Part II ("Messages as servers
-  send them"): check_messages, pair_tool_results; ("Valid lists"): repair; ("The sawtooth as the
-  agent runs it"): sawtooth; Part III ("Validation"): find_problems; ("The ladder"):
-  Compactor.boundaries.
+  send them"): check_messages, pair_tool_results; ("Valid lists"): repair; ("The one engine every
+  strategy runs"): Compactor, Compactor.boundaries; Part III ("Validation"): find_problems.
 Run: python lessons/08_boundaries_and_validator.py
 """
 
 import show
-from compact import Compactor, find_problems, message_tokens, repair, sawtooth
+from compact import Compactor, find_problems, message_tokens, repair
 from conversations import generate_conversation
 
 TAIL_SHARES = (0.05, 0.10, 0.20, 0.30)
@@ -48,7 +47,7 @@ def show_boundaries(messages):
     compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000)
     head, tail = compactor.boundaries(messages)
     part = lambda a, b: f"{b - a:>3} messages, ~{sum(map(message_tokens, messages[a:b])):,} tokens"
-    print(f"[head]   messages 0-{head - 1}: {part(0, head)} (system prompt + task, kept verbatim)")
+    print(f"[head]   messages 0-{head - 1}: {part(0, head)} (the system prompt, kept verbatim)")
     print(f"[middle] messages {head}-{tail - 1}: {part(head, tail)} (what a summary replaces)")
     print(f"[tail]   messages {tail}-{len(messages) - 1}: {part(tail, len(messages))} "
           f"(tail_share {compactor.tail_share:.0%} of {compactor.budget.effective(messages):,})")
@@ -121,7 +120,7 @@ def main():
     no_role = [{"role": "system", "content": "You are a coding agent."}, {"content": "a message with no role"}]
     print(f"--- no role: {find_problems(no_role)[0]}")
     try:
-        sawtooth(no_role)
+        Compactor().compact(no_role)  # the sawtooth: the engine's default policy
     except ValueError as error:
         print(f"  [refused] sawtooth raises ValueError: {error}")
     print(f"\n[lesson 08] done: the tail never starts on a tool result; repair made {fixed} of "

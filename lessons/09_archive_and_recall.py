@@ -21,7 +21,8 @@ What changed since lesson 08: cutting is now reversible; nothing that leaves is 
 Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
 Explains compact.py Part II ("The archive"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE;
-  ("Valid lists"): leaving; Part III ("The ladder"): Compactor(policy="layered", archive=...); tiny_agent.py Layer 1 ("Tools"):
+  ("Valid lists"): leaving; ("The one engine every strategy runs"): Compactor(policy="layered",
+  archive=...); tiny_agent.py Layer 1 ("Tools"):
   Workspace(archive=...), run_tool; Layer 2 ("Requests"): recall; ("Sessions"):
   new_session(archive_dir=...).
 Run: python lessons/09_archive_and_recall.py

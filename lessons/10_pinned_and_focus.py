@@ -26,8 +26,8 @@ What changed since lesson 09: the archive keeps everything; pins keep the few th
 stay in view.
 Try it: add "Always run the linter." to USER_RULES; change FOCUS to "deploy.sh"; set BUDGET to 200.
 Explains compact.py Part II ("What the user asked for"): find_constraints, near_duplicate_key, pin,
-pins_text, carry_user_words, user_notes; ("The offline summarizer"): summarize_extractive; Part III
-("The ladder"): Compactor.remember, Compactor.summary_message.
+pins_text, carry_user_words, user_notes; ("The offline summarizer"): summarize_extractive; ("The one
+engine every strategy runs"): Compactor.summary_message.
 Run: python lessons/10_pinned_and_focus.py
 """
 

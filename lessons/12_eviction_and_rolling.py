@@ -13,15 +13,15 @@ How it works:
               older. The old summary is part of the next middle, so it is *updated*, not
               summarized again: its tool counts keep adding up.
 
-      [system][task][summary v3 = v2 + new turns][ack][6 newest messages]
+      [system][summary v3 = v2 + new turns (it quotes the task)][ack][6 newest messages]
 
 What changed since lesson 11: the first lossy steps that choose *what* to drop by meaning.
 Try it: change TARGET_SHARE to 0.1 or 0.6 and compare which planted facts stay; set
   keep_recent=12 on the hybrid Compactor; give importance() Weights(multiply=True).
 Explains compact.py Part III ("Eviction and the rolling window"): message_groups, Weights, importance,
-  evict_by_importance, eviction_note; ("The ladder"): Compactor(policy="hybrid"); Part II ("The
-  sawtooth as the agent runs it"): CompactState. Part 3 replays the run with lessons/benchmark.py's
-  replay (through show.watch).
+  evict_by_importance, eviction_note; ("The ladder's steps and policies"): evict, the policy
+  "hybrid"; Part II ("The one engine every strategy runs"): Compactor, CompactState. Part 3 replays
+  the run with lessons/benchmark.py's replay (through show.watch).
 Run: python lessons/12_eviction_and_rolling.py
 """
 

@@ -15,9 +15,10 @@ back under the target; most compactions never reach the summarizer.
   like an error), summarize_extractive as fallback, and a breaker: after `max_failures` (3)
   failures in a row it stops calling the summarizer for the next `cooldown` summaries (5; 3 here).
   The last resort rebuilds the list from the system prompt, the summary with the pins, and the
-  latest turn; if even that does not fit, ContextOverflowError says what to change. Each step is
-  a method that takes the messages and, from compact(), the compaction's scratch (a Pass); called
-  alone, a fresh Compactor().last_resort(messages) makes its own.
+  latest turn; if even that does not fit, ContextOverflowError says what to change. The steps are
+  data: STEPS maps each name to a function of the engine, the messages and, from compact(), the
+  compaction's scratch (a Pass), then its parameters; a policy of POLICIES lists them in order.
+  Called alone, a fresh Compactor().last_resort(messages) makes its own Pass.
 
   Seed 001 adds a light tier below the summary: Compactor(layers=(..., "light", "summary", ...)).
   It updates the session's rolling summary from the leaving turns with the extractive summarizer,
@@ -34,8 +35,9 @@ back under the target; most compactions never reach the summarizer.
 What changed since lesson 12: the layers become one policy, with a plan for every failure.
 Try it: set WINDOW to 16_000 (more summaries) or 48_000; give the SummaryGuard cooldown=1; set
   LIGHT_TARGETS to (0.5, 0.12).
-Explains compact.py Part III ("The ladder"): Compactor.compact, Compactor.steps,
-  Compactor.last_resort, Compactor.summarize_light, Pass; Part II ("The guard"): SummaryGuard,
+Explains compact.py Part II ("The one engine every strategy runs"): Compactor.compact,
+  Compactor.steps, Compactor.last_resort, STEPS, POLICIES, Pass; Part III ("The ladder's steps and
+  policies"): the "light" step, the policy "layered"; Part II ("The guard"): SummaryGuard,
   check_summary, compaction_stats; ("Refusals"): ContextOverflowError. Part 1 replays the run with
   lessons/benchmark.py's replay and CountingSummarizer (through show.watch).
 Run: python lessons/13_ladder.py

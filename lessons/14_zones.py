@@ -15,21 +15,21 @@ How it works: the history's share of the effective window picks the zone.
 
   Lossy steps run only once the history passed `lossy_at`, and stop as soon as the lossless ones
   brought it back under `lossy_resume` (75%). Tools in `precise_tools` are never masked, snipped
-  or deduplicated. admit_tool_result shrinks a huge output before it even enters the context
-  (the cheap model summarizes it; with no model it is snipped), and flag_unverified marks a
+  or deduplicated. admit_tool_result(compactor, call, output) shrinks a huge output before it even enters the context
+  (past the policy's admit_tokens, 2,000; the cheap model summarizes it; with no model it is snipped), and flag_unverified marks a
   summary line whose numbers or paths its source never said.
 
 What changed since lesson 13: the same rungs, sorted by what they cost in information.
-Try it: set lossless_at=0.5 or lossy_at=0.95; replace ("bash",) by ("read_file",).
-Explains compact.py Part III ("The ladder", "Zones"): Compactor(policy="zones"), merge_same_role,
-  Compactor.admit_tool_result, summarize_tool_output; Part II ("The summarizer that reads in
-  pieces"): flag_unverified. The runs are replayed with lessons/benchmark.py's replay (through
-  show.watch).
+Try it: set trigger=0.5 (where lossless steps start) or lossy_at=0.95; replace ("bash",) by ("read_file",).
+Explains compact.py Part II ("The one engine every strategy runs"): Compactor, admit_tool_result,
+  summarize_tool_output; ("The summarizer that reads in pieces"): flag_unverified; Part III ("The
+  ladder's steps and policies"): the policy "zones", snip, evict; ("Zones"): merge_same_role. The
+  runs are replayed with lessons/benchmark.py's replay (through show.watch).
 Run: python lessons/14_zones.py
 """
 
 import show
-from compact import Compactor, flag_unverified, merge_same_role, text_tokens
+from compact import Compactor, admit_tool_result, flag_unverified, merge_same_role, text_tokens
 from conversations import generate_conversation
 
 LOSSLESS = ("reasoning", "merge", "dedupe", "clear", "mask")
@@ -38,7 +38,7 @@ LOSSLESS = ("reasoning", "merge", "dedupe", "clear", "mask")
 def zones(precise_tools=()):
     """What show.watch builds for each run: the zones policy at a 32,000-token window."""
     return lambda summarizer: Compactor(context_window=32_000, reserved_output=4_000, policy="zones",
-                                        lossless_at=0.60, lossy_at=0.85, precise_tools=precise_tools)
+                                        trigger=0.60, lossy_at=0.85, precise_tools=precise_tools)
 
 
 def zones_run(messages):
@@ -94,10 +94,10 @@ def main():
     show.banner("4. Admit a huge tool output, then check a summary")
     log = "\n".join(f"step {i}: ok" if i != 1_500 else "step 1500: ERROR disk quota exceeded"
                     for i in range(3_000))
-    admit = Compactor(precise_tools=("run_sql",))
+    admit = Compactor(policy="zones", precise_tools=("run_sql",))  # admit_tokens 2,000
     for name in ("bash", "run_sql"):
         call = {"function": {"name": name, "arguments": "{}"}}
-        kept = admit.admit_tool_result(call, log)
+        kept = admit_tool_result(admit, call, log)
         print(f"[admit] {name:<7} {text_tokens(log):,} → {text_tokens(kept):,} tokens; "
               f"error line kept: {'ERROR disk quota' in kept}; {'verbatim' if kept == log else 'snipped (no model)'}")
     source = ("FAILED tests/test_auth.py::test_login\n3 failed, 41 passed\nTIMEOUT = 30  # src/config.py\n"

@@ -12,7 +12,7 @@ compacting before every assistant message (a model call) and feeding the compact
        └─────── + next messages
 
     none · window 20 (system + last 20) · mask 10 (every turn) · sawtooth 30/6 · layered · hybrid · zones
-    and every preset of compact.PRESETS (Compactor.from_seed): evo-agent · five-layer · smart-eviction ·
+    and every preset of compact.PRESETS (Compactor(policy=name)): evo-agent · five-layer · smart-eviction ·
     echo-agent · sawtooth-tutorial
 
 It reports tokens (summarizer calls included) and cost with prompt caching as shares of "none",
@@ -35,8 +35,9 @@ Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
 "## Measured", from this run; with --trajectories ../shared/trajectories/*.jsonl the recorded ones too).
-Explains compact.py: Compactor, sawtooth, drop_old_reasoning, IDENTIFIER (all sections);
-PRESETS, Compactor.from_seed, cache_min_tokens, mask_every_call (Part II).
+Explains compact.py Part II ("The one engine every strategy runs"): Compactor (the sawtooth is its
+default policy), POLICIES; ("Thinking models"): drop_old_reasoning; ("What a summary must keep"):
+IDENTIFIER; Part III ("Presets"): PRESETS.
 Run: python lessons/15_benchmark.py
 """
 
@@ -240,7 +241,7 @@ def main(argv=None) -> None:
     print("\n  cache hit: share of the input tokens that repeat the previous request's prefix; cost: with\n"
           f"  that prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N:\n"
           "  Compactor(cache_min_tokens=N), the prefix-changing steps as one batch kept only when it frees\n"
-          "  N tokens; mask every call: Compactor(mask_every_call=True), old results masked before every\n"
+          "  N tokens; mask every call: Compactor(every_call=('mask',)), old results masked before every\n"
           "  call, not only at the trigger")
 
     longest = max(results["generated"], key=int)

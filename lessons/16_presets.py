@@ -5,17 +5,18 @@ The problem: five design documents (seeds 000-004) describe five ladders. They s
 lessons 05-14 but not the order, the numbers or a few extra behaviours; rebuilt by hand, each
 would be a guess at its design.
 
-How it works: compact.PRESETS writes each document's ladder down as Compactor settings, its numbers
-in a comment beside it, and Compactor(policy=name, **overrides) builds it:
+How it works: compact.PRESETS writes each document's ladder down as data, a policy of the one
+engine (its steps, then its numbers, a comment beside it), and Compactor(policy=name, **overrides)
+builds it. Every summary ends with the focus it was asked for ("Focus of this compaction: ...").
 
-    evo-agent          000  reasoning → mask (before EVERY call, last 3 whole) → summary + focus → last resort
+    evo-agent          000  reasoning → mask (before EVERY call, last 3 whole) → summary → last resort
     five-layer         001  reasoning → [snip 100/20 + mask + clear + dedupe: one batch, kept if ≥ 2,000 tok]
                             → light (extractive update) → summary → last resort
     smart-eviction     002  zones: lossless from 60% │ lossy from 75%, eviction by multiplied importance;
                             a 10% margin, confidence labels, a raw tail that grows with the task
     echo-agent         003  reasoning → mask (tool-specific placeholders) → dedupe → snip → summary
                             → last resort; compaction_stats() times the summarizer's failures
-    sawtooth-tutorial  004  hybrid: [system][task][graded rolling summary][last 6 messages raw]
+    sawtooth-tutorial  004  hybrid: [system][graded rolling summary][last 6 messages raw]
 
 Part 1 replays one generated conversation through every preset, as lesson 15 replays strategies;
 parts 2-6 show each seed's signature behaviour on a tiny input.
@@ -23,20 +24,20 @@ parts 2-6 show each seed's signature behaviour on a tiny input.
 What changed since lesson 15: the benchmark compared our own policies; here each design document's
 ladder, built from its own settings, runs on the same conversation.
 Try it: set TURNS to 250 or WINDOW to 64_000; Compactor(policy="five-layer", cache_min_tokens=0).
-Explains compact.py Part III ("Presets"): PRESETS, Compactor.from_seed; ("The ladder"): batched,
-  cache_min_tokens, Compactor.premask (mask_every_call), append_focus, Compactor.summarize_light,
-  task_complexity (adaptive_tail); ("Eviction and the rolling window"):
-  Weights(multiply=True), importance; ("The cheap layers"): placeholder; Part II ("The offline
-  summarizer"): grade, summarize_extractive(graded=True); ("The summarizer that reads in pieces"):
-  flag_unverified(confidence); ("The guard"): compaction_stats. Part 1 replays with lessons/benchmark.py's
+Explains compact.py Part III ("Presets"): PRESETS; ("The ladder's steps and policies"): evict(weights),
+  the step "light"; ("Eviction and the rolling window"): Weights(multiply=True), importance; ("The
+  cheap layers"): placeholder; Part II ("The one engine every strategy runs"): Compactor(policy=name,
+  every_call, cache_min_tokens, tail_growth), Compactor.summary_message (its focus line), batched,
+  task_complexity; ("The offline summarizer"): grade, summarize_extractive(graded=True); ("The
+  summarizer that reads in pieces"): flag_unverified(confidence); ("The guard"): compaction_stats. Part 1 replays with lessons/benchmark.py's
   replay and counted.
 Run: python lessons/16_presets.py
 """
 
 import show
 from benchmark import Strategy, counted, replay
-from compact import (EARLIER, PRESETS, PRUNED, Compactor, Pass, compaction_stats, content_text, estimate_tokens,
-                     flag_unverified, importance, parse_summary, task_complexity)
+from compact import (EARLIER, PRESETS, PRUNED, Compactor, Pass, admit_tool_result, compaction_stats, content_text,
+                     estimate_tokens, evict, flag_unverified, importance, is_summary, parse_summary, task_complexity)
 from conversations import generate_conversation
 
 TURNS, WINDOW = 150, 32_000
@@ -68,11 +69,12 @@ def preset_run(name, conversation):
             done = compactor.state.compactions
             out = compactor.compact(history)
             if out is not history and compactor.state.compactions == done:
-                box["premasks"] += 1  # evo-agent: old results masked below the trigger
+                box["premasks"] += 1  # evo-agent's every_call: old results masked below the trigger
             elif out is not history:
                 box["reports"].append({step: b - a for step, b, a, _ in compactor.report})
             return out
-        return compact, compactor.admit_tool_result if compactor.policy == "zones" else None
+        admit = (lambda call, output: admit_tool_result(compactor, call, output)) if compactor.admit_tokens else None
+        return compact, admit
     return replay(conversation.messages, Strategy(name, begin), WINDOW, conversation.facts), box
 
 
@@ -100,8 +102,10 @@ def main():
           f"default changes nothing ({plain.compact(messages) is messages}); evo-agent masks "
           f"{sum(content_text(m).startswith(PRUNED) for m in out)} of 6 results, the last 3 stay whole")
     small = Compactor(policy="evo-agent", context_window=8_000, reserved_output=500)
-    summary = content_text(small.compact([*start(), *reads(30)], focus="the parser module", force=True)[2])
-    print(f"[evo-agent] append_focus: {next(line for line in summary.splitlines() if 'Focus' in line)!r}")
+    out = small.compact([*start(), *reads(30)], focus="the parser module", force=True)
+    summary = content_text(next(m for m in out if is_summary(m)))
+    print(f"[evo-agent] the focus ends the summary, as in every policy: "
+          f"{next(line for line in summary.splitlines() if 'Focus' in line)!r}")
 
     show.banner("3. five-layer (seed 001): snip 100/20, cache first, the light tier")
     five = Compactor(policy="five-layer")
@@ -126,10 +130,11 @@ def main():
                 {"role": "user", "content": "继续。"}]
     smart = Compactor(policy="smart-eviction", context_window=int(estimate_tokens(messages) / 0.9),
                                 reserved_output=0)
-    texts = [content_text(m) for m in smart.evict(messages)]
+    weights = dict(step for step in smart.layers if not isinstance(step, str))["evict"]["weights"]
+    texts = [content_text(m) for m in evict(smart, messages, Pass())]
     print(f"[smart-eviction] importance (role × (1 + recency) × 1.5 a kind): the decision "
-          f"{importance(messages, (10, 11), 0.5, smart.weights):.1f}, a routine ls "
-          f"{importance(messages, (2, 4), 0.5, smart.weights):.1f}")
+          f"{importance(messages, (10, 11), 0.5, weights):.1f}, a routine ls "
+          f"{importance(messages, (2, 4), 0.5, weights):.1f}")
     print(f"[smart-eviction] evict: {len(messages)} → {len(texts)} messages, "
           f"{sum(t.startswith('[evicted]') for t in texts)} [evicted] notes; {DECISION!r} kept: {DECISION in texts}")
     messages = [*start(), *[m for i in range(12) for m in (say(f"Plan {i}: " + "step " * 150),
@@ -150,7 +155,7 @@ def main():
         Compactor(policy="zones", context_window=WINDOW, reserved_output=WINDOW // 4),
         Compactor(policy="smart-eviction", context_window=WINDOW, reserved_output=WINDOW // 4))]
     print(f"[adaptive] part 1's task: task_complexity {task_complexity(conversation.messages):.2f}; raw tail "
-          f"{tails[0]} messages by default, {tails[1]} with adaptive_tail")
+          f"{tails[0]} messages by default, {tails[1]} with tail_growth={Compactor(policy='smart-eviction').tail_growth}")
 
     show.banner("5. echo-agent (seed 003): tool-specific placeholders, compaction_stats()")
     grep = "exit code 0\n" + "\n".join(f"src/m{i}.py:{i + 3}: # TODO: handle a missing value" for i in range(12))

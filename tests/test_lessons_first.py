@@ -56,7 +56,7 @@ MARKERS = {
                          "## User constraints (verbatim) - every instruction from the user",
                          "'<previous_summary>", "[summary] offline summarizer", "## Goal", "## User said",
                          "no model configured", "backfill appended", "sections it left out: Goal, ",
-                         "role='user'", "reference material", "(Compaction 1 replaced 49 messages",
+                         "role='user'", "reference material", "(Compaction 1 replaced 48 messages",
                          "Continue with the remaining task", "state.failures = 1",
                          "last_error = 'ConnectionError: the summary model is down'", "[lesson 04] done:"],
     "05_masking.py": ["[mask] #", "[pruned] read_file(", "one of the last 3 results", "shorter than a placeholder",

@@ -138,7 +138,7 @@ LESSONS = [
         "[steps] echo-agent         reasoning · mask · dedupe · snip · shorten · summary · last resort",
         "[steps] sawtooth-tutorial  reasoning · summary · last resort",
         "the default changes nothing (True); evo-agent masks 3 of 6 results, the last 3 stay whole",
-        "[evo-agent] append_focus: 'Focus of this compaction: the parser module'",
+        "[evo-agent] the focus ends the summary, as in every policy: 'Focus of this compaction: the parser module'",
         "a 3,000-line log → 'line 0' … 'line 99', '[… 2,880 lines cut …]', 'line 2980' … 'line 2999'",
         re.compile(r"\[five-layer\] cache first: the batch freed [\d,]+"),
         re.compile(r"\[five-layer\] the light tier ran in [1-9]\d* compactions: kept in [1-9]"),
@@ -204,9 +204,9 @@ def test_lesson_docstring_has_the_standard_shape(filename):
 
 
 def test_presets_lesson_tail_grows_with_the_task_and_every_preset_keeps_the_constraints():
-    """Lesson 16: adaptive_tail keeps more raw messages on a complex task; no preset loses a rule."""
+    """Lesson 16: tail_growth keeps more raw messages on a complex task; no preset loses a rule."""
     stdout = run_lesson("16_presets.py").stdout
-    default, adaptive = map(int, re.search(r"raw tail (\d+) messages by default, (\d+) with adaptive_tail",
+    default, adaptive = map(int, re.search(r"raw tail (\d+) messages by default, (\d+) with tail_growth",
                                            stdout).groups())
     assert adaptive > default, stdout
     rows = re.findall(r"^  (\S+) +\d+\.\d%  .*?(\d+) of (\d+) +\d+ of \d+ +\d+ of \d+$", stdout, re.M)
