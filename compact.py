@@ -426,7 +426,8 @@ IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:
                         r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
                         r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
 IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
-SUMMARY_TOKENS = 2_400  # an extractive summary may take at least this, in tokens (past it, its oldest details shrink first)
+SUMMARY_TOKENS = 2_400  # an extractive summary may take at least this, in tokens (past it, its oldest details shrink
+# first); the sawtooth, which summarizes every 24 messages, gives its own (POLICIES)
 
 
 def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[str]:
@@ -634,7 +635,8 @@ def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
     return text if pinned else ""
 
 
-PIN_SHARE = 0.10  # the user's words a summary quotes may take this share of what the history may hold
+PIN_SHARE = 0.10  # the user's words a summary quotes may take this share of what the history may hold,
+USER_TOKENS = 1_000  # and at most this many tokens
 TASK_NOTE = "The user's task, verbatim:"
 LATEST_NOTE = "The user's latest request, verbatim:"
 
@@ -808,12 +810,12 @@ def earlier_sections(messages: list[dict], graded: bool) -> dict[str, list[str]]
 
 
 def summarize_extractive(messages: list[dict], focus: str | None = None, budget: int | None = None,
-                         graded: bool = False) -> str:
+                         graded: bool = False, least: int = SUMMARY_TOKENS) -> str:
     """The summary with no model, the sawtooth's and the ladder's: one section per kind of fact, verbatim
     where it matters, within `budget` tokens (by default SUMMARY_SHARE of what it replaces, at least
     SUMMARY_TOKENS). An earlier summary is carried forward, so a rolling summary does not decay;
     `graded` folds its progress into one line (lessons 04, 10)."""
-    budget = budget or max(SUMMARY_TOKENS, int(SUMMARY_SHARE * estimate_tokens(messages)))
+    budget = budget or max(least, int(SUMMARY_SHARE * estimate_tokens(messages)))
     old, new = earlier_sections(messages, graded), extractive_items([m for m in messages if not is_generated(m)], focus, budget)
     new["User said"] = new["Goal"] + new["User said"] if old.get("Goal") else new["User said"]
     sections = {t: old.get(t, []) + new.get(t, []) for t in SECTIONS}
@@ -1506,6 +1508,7 @@ POLICIES: dict[str, dict] = {
     # the sawtooth: above THRESHOLD messages (or the token trigger), all but the last KEEP_RECENT
     # (walked back, fewer if those alone are too large) become one summary; the target is its trigger
     "sawtooth": dict(layers=("reasoning", "summary", "last resort"), threshold=THRESHOLD, keep_recent=KEEP_RECENT,
+                     summary_tokens=1_300,
                      target=0.7),
 }
 
@@ -1544,6 +1547,7 @@ class Compactor:
     # frees at least this many tokens, as Anthropic's clear_at_least; 0 runs them one by one
     confidence: bool = False  # unverified summary lines say how many of their facts were found
     graded: bool = False  # the extractive summary grades detail by age: the oldest in one line
+    summary_tokens: int = SUMMARY_TOKENS  # an extractive summary may take at least this, or a tenth of what it replaces
     state: CompactState = field(default_factory=CompactState)
     guard: SummaryGuard = field(init=False)
     _noted: object = field(default=None, init=False, repr=False, compare=False)  # the last message note_files read
@@ -1558,9 +1562,11 @@ class Compactor:
         unknown = {s if isinstance(s, str) else s[0] for s in self.layers + self.every_call} - set(STEPS)
         if unknown:
             raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
-        offline = functools.partial(summarize_extractive, graded=True) if self.graded else summarize_extractive
-        self.guard = self.summarize if isinstance(self.summarize, SummaryGuard) else SummaryGuard(
-            self.summarize, offline, confidence=self.confidence, state=self.state)  # a guard given is shared
+        offline = functools.partial(summarize_extractive, graded=self.graded, least=self.summary_tokens)
+        offline.extractive = True  # a guard calls it directly: it cannot fail like a model
+        summarize = offline if self.summarize is summarize_extractive else self.summarize  # at this policy's size
+        self.guard = summarize if isinstance(summarize, SummaryGuard) else SummaryGuard(
+            summarize, offline, confidence=self.confidence, state=self.state)  # a guard given is shared
 
     @property
     def budget(self) -> Budget:
@@ -1680,6 +1686,12 @@ class Compactor:
             start = next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"), start)
         return head, start
 
+    def user_room(self, messages: list[dict]) -> int:
+        """Tokens the user's words may take beside a summary (a latest request kept as a message, the
+        quoted task and rules): PIN_SHARE of what the history may hold, at most USER_TOKENS; a longer
+        request is quoted to it, whole in the archive."""
+        return min(USER_TOKENS, int(PIN_SHARE * self.trigger * self.budget.effective(list(messages))))
+
     def summarize_middle(self, messages: list[dict], run: Pass | None = None,
                          summarize: Callable | None = None) -> list[dict]:
         """Archive the middle, summarize it with focus, and rebuild head + summary + tail (lesson 10).
@@ -1687,7 +1699,7 @@ class Compactor:
         run = run or Pass()
         head, tail_start = self.boundaries(messages)
         requests = user_requests(messages)
-        latest = requests[-1] if requests else None
+        latest = requests[-1] if requests and message_tokens(requests[-1]) <= self.user_room(messages) else None
         middle = [m for m in messages[head:tail_start] if m is not latest]
         if run.force and not middle:  # "compact now": the tail shrinks to the newest group
             tail_start = max(head, find_cut(messages, 1, head))
@@ -1702,7 +1714,7 @@ class Compactor:
             return messages
         if summarize is None:  # a tier that may be discarded archives nothing: _finish archives what left
             self.archive_messages(middle, run)
-        request = content_text(latest) if latest else None
+        request = content_text(requests[-1]) if requests else None
         text = summarize(middle, run.focus) if summarize else self.guard(middle, run.focus, request)
         stood_in = "" if summarize else self.guard.stood_in  # the header says when the offline summary stood in
         self.state.summary = replaced_line(middle, self.state, stood_in) + "\n" + text
@@ -1732,8 +1744,7 @@ class Compactor:
         focus it was asked for, recent files (their current text when `reattach` can read it), and
         where the archive is."""
         effective = self.budget.effective(list(messages))
-        room = int(PIN_SHARE * self.trigger * effective)  # the user's share of what the history may hold
-        extra = [user_notes(self.state, list(kept), room, self.archive is not None, whole)]
+        extra = [user_notes(self.state, list(kept), self.user_room(messages), self.archive is not None, whole)]
         if focus and whole:
             extra.append(f"Focus of this compaction: {focus}")
         if self.state.recent_files and whole:  # when even the last resort is tight, only the user's words
