@@ -7,12 +7,13 @@ stop at the end of any part and still run.
     Part I    the tutorial's sawtooth   above 30 messages keep the system prompt and the last 6,
                                         and replace the rest with a cheap model's summary  lesson 02
     Part II   what real servers need    tokens, the token net, refusals, a summarizer that reads
-                                        in pieces, offline summaries, the user's words carried in
-                                        the state, valid lists, the archive, the guard, and
-                                        `sawtooth`, which puts them around Part I  lessons 03-04
-    Part III  the ladder                what production agents add, cheapest first: masking,
-                                        snipping, clearing, structured summaries, eviction, zones,
-                                        each design document's preset  lessons 05-16
+                                        in pieces, the one extractive summary, the user's words
+                                        carried in the state, valid lists, the archive, the guard,
+                                        and the one engine every strategy runs (`Compactor`),
+                                        whose default policy is Part I's sawtooth  lessons 03-04
+    Part III  the ladder                what production agents add, cheapest first, as steps and
+                                        policies of that engine: masking, snipping, clearing,
+                                        eviction, zones, each design document's preset  lessons 05-16
 
 Messages are plain OpenAI chat dicts. No function here mutates its input: a step that changes a
 message returns a new dict for it and reuses the untouched ones, so `id()` tells what changed.
