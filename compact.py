@@ -1602,9 +1602,9 @@ class Compactor:
         if only is not None:  # the caller named the steps: they run whatever the target says
             return self._finish(messages, self.run_steps(messages, only, run), run)
         for name, step, lossy in self.steps():
-            counted = 0 < self.threshold < len(out)  # the sawtooth's rule: too many messages
-            if not self.over(out, self.target, run) and not (name == "summary" and (force or counted)):
-                if force or counted:
+            too_many = 0 < self.threshold < len(out)  # the sawtooth's rule: more messages than its threshold
+            if not self.over(out, self.target, run) and not (name == "summary" and (force or too_many)):
+                if force or too_many:
                     continue  # skip to the summary, where the focus goes and the messages are counted
                 break
             if lossy and not force and not self._lossy_allowed(messages, out, run):
