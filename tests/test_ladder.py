@@ -12,7 +12,7 @@ from test_layers import assistant, call, log_output, reads, result, system, tool
 
 import compact
 from compact import (
-    POLICIES, Archive, Compactor, ContextOverflowError, content_text, eviction_note, find_constraints,
+    POLICIES, PRESETS, Archive, Compactor, ContextOverflowError, content_text, eviction_note, find_constraints,
     find_problems, is_generated, is_summary, mask_secrets, message_tokens, near_duplicate_key, summarize_extractive,
     user_requests,
 )
@@ -447,7 +447,7 @@ class Promises:
 
 
 @RECORDED
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p not in PRESETS])  # a preset is data on one of them
 @pytest.mark.parametrize("filename, window, reserved", REPLAYS, ids=["tau-bench", "swe-bench"])
 def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_archived(
         filename, window, reserved, policy, tmp_path, every):
@@ -458,7 +458,7 @@ def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_arc
         promises = Promises(compactor)
         for seen, out in replay(conversation, compactor):
             failures += [f"run {n}, after {len(seen)} messages: {b}" for b in promises.broken(seen, out)]
-        compacted += compactor.state.compactions > 0 or bool(archived(compactor))  # evo-agent: masking may do
+        compacted += compactor.state.compactions > 0
     assert failures == [], f"{len(failures)} broken promises, first: {failures[:5]}"
     assert compacted >= 20 // every  # the window is small enough that the ladder really ran, often
 
