@@ -1696,7 +1696,7 @@ class Compactor:
     def summarize_middle(self, messages: list[dict], run: Pass | None = None,
                          summarize: Callable | None = None) -> list[dict]:
         """Archive the middle, summarize it with focus, and rebuild head + summary + tail (lesson 10).
-        The latest user message stays verbatim: it moves to the start of the tail if needed."""
+        The latest request moves to the tail's start whole when within user_room, else it is quoted."""
         run = run or Pass()
         head, tail_start = self.boundaries(messages)
         requests = user_requests(messages)
