@@ -328,6 +328,21 @@ def find_cut_within(messages: list[dict], keep_recent: int, head: int, max_token
     return cut
 
 
+def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None, fixed: int = 0) -> int:
+    """Tokens of the next request, `fixed` (the tool schemas) included. From the first reply on, the
+    server's count of what it saw (`usage`: that request and its count) is the truth, and what came
+    since is estimated, scaled up by how much more the server's tokenizer counted than ours (never
+    down): small models' tokenizers count up to 45% more (lesson 03)."""
+    estimate = estimate_tokens(messages) + fixed
+    if not usage:
+        return estimate
+    seen, counted = usage
+    ratio = max(1.0, counted / (estimate_tokens(seen) + fixed))
+    if len(seen) <= len(messages) and all(a is b for a, b in zip(seen, messages)):
+        return counted + round(ratio * sum(estimate_tokens([m]) - 3 for m in messages[len(seen):]))
+    return round(estimate * ratio)
+
+
 # --- Thinking models (lesson 05b) ------------------------------------------------------------
 # Without it: DeepSeek answers HTTP 400 when a tool-calling exchange lost its reasoning_content,
 # and reasoning the server ignores fills the window.
@@ -381,6 +396,22 @@ def refused_size(error: Exception) -> int | None:
     """How many tokens the server said the refused request had, or None."""
     match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
     return int(next(g for g in match.groups() if g)) if match else None
+
+
+# The window a refusal names: OpenAI and llama-cpp-python, llama-server, vLLM, DashScope, Anthropic,
+# LM Studio, Gemini, TGI (each in tests/test_refusals.py, with its source).
+WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)|\"n_ctx\":\s*(\d+)"
+                         r"|maximum model length (?:is|of) (\d+)|input length should be \[1, (\d+)\]|> (\d+) maximum"
+                         r"|context length of only (\d+)|maximum number of tokens allowed \((\d+)\)"
+                         r"|`max_new_tokens` must be <= (\d+)|`inputs` must have less than (\d+) tokens")
+
+
+def window_said(error: Exception) -> int | None:
+    """The window a "too long" refusal names, or None when it names none."""
+    found = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+    return int(next(g for g in found.groups() if g)) if found else None
+
+
 class ContextOverflowError(RuntimeError):
     """The history cannot be made to fit the window: the message says what did not fit."""
 
@@ -509,9 +540,10 @@ def error_kind(line: str) -> str:
     return _VARIES.sub("…", line)
 
 
-# --- One message too large (five-layer's snip) -----------------------------------------------
+# --- Messages too large for the window (lesson 03; five-layer's snip) -------------------------
 # Without it: one 30,000-token output the model already read rides along in every request while the
-# history stays under the trigger; five-layer makes one message too large its own trigger.
+# history stays under the trigger (five-layer makes one message too large its own trigger), and a
+# pasted log larger than the window costs the user's turn.
 
 
 TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
@@ -530,6 +562,38 @@ def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -
                    "messages, so it was cut once read]")
             cut = snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)
             out[i] = {**messages[i], "content": tag + "\n" + cut}
+    return messages if all(a is b for a, b in zip(out, messages)) else out
+
+
+CUT_MARK = ("[… {n:,} characters of this message were cut to fit the window; the whole message is archived "
+            "(recall #{k}) …]")
+
+
+def cut_request(text: str, room: int, k: int) -> tuple[str, int]:
+    """A user message too large for `room` tokens as the largest head and tail that fit, with a
+    marker of what was cut and of where the archive holds it whole (#k); and the characters kept
+    at each end."""
+    half = max(100, room * 3 // 2)  # characters at each end: about three a token, measured below
+    while half > 100 and text_tokens(text[:half] + text[-half:]) + 40 > room:
+        half = int(half * 0.8)
+    return f"{text[:half]}\n{CUT_MARK.format(n=len(text) - 2 * half, k=k)}\n{text[-half:]}", half
+
+
+def shorten_for_window(messages: list[dict], precise_tools: tuple = (), max_chars: int = 200) -> list[dict]:
+    """The hardest level: every long message but the system prompt, the user's own words (a summary
+    is one) and precise results cut to `max_chars`, saying so; the caller archives. A server whose
+    tokenizer counts far more than our estimate (SmolLM2 on garbage output, ~3x) is met here."""
+    out, exact = list(messages), {id(m) for m in precise_messages(messages, precise_tools)}
+    for i in range(system_head(messages), len(messages)):
+        m = messages[i]
+        if m.get("role") == "user" or id(m) in exact:
+            continue
+        if len(content_text(m)) > max_chars:
+            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
+        if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
+            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
+                {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
+        out[i] = m
     return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
@@ -1503,9 +1567,11 @@ class Pass:
 TOO_LONG = "[this message alone would not fit the window, so it was cut; the archive holds it whole]"
 SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
 REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
+HARDEST = 3  # compact()'s levels: 0 when due, 1 now, 2 the last resort now, 3 every long message cut too
 # Each policy as data: its steps, cheapest first (a name of STEPS, or (name, {parameter: value})),
 # and the numbers it differs in. Part III adds the ladder's policies and the design documents'.
 POLICIES: dict[str, dict] = {
+    "none": dict(layers=()),  # no steps: the history is sent as it grows, for comparison (lesson 01)
     # the sawtooth: above THRESHOLD messages (or the token trigger), all but the last KEEP_RECENT
     # (walked back, fewer if those alone are too large) become one summary; the target is its trigger
     "sawtooth": dict(layers=("reasoning", "summary", "last resort"), threshold=THRESHOLD, keep_recent=KEEP_RECENT,
@@ -1580,11 +1646,73 @@ class Compactor:
     def report(self) -> list[tuple[str, int, int, float]]:
         return self.state.report
 
-    def compact(self, messages: list[dict], focus: str | None = None, force: bool = False,
-                used: int | None = None, only: tuple[str, ...] | None = None) -> list[dict]:
-        """Return a list that fits, or `messages` itself when nothing needs to change. `used` is the
-        whole request's size when the server counted it; `only` names the steps to run."""
+    def compact(self, messages: list[dict], focus: str | None = None, level: int = 0,
+                usage: tuple[list[dict], int] | None = None, only: tuple[str, ...] | None = None) -> list[dict]:
+        """The one call the loop makes before every request: a list that fits, or `messages` itself
+        when nothing needs to change. `level` 0 compacts when due, 1 now, 2 straight to the last
+        resort, HARDEST with every long message but the user's cut too; what a lower level cannot
+        fit is tried at HARDEST. `usage`: the last request sent, with the server's count of it."""
         check_messages(messages)
+        if level > HARDEST or (level > 1 and not self.layers):
+            raise ContextOverflowError(
+                f"the request still does not fit the window after compacting it as far as it goes (~"
+                f"{request_tokens(messages, usage, self.fixed_tokens):,} tokens, {self.policy}); raise the server's "
+                "context size and CONTEXT_WINDOW, or shorten the latest message" if self.layers else
+                f"the history (~{request_tokens(messages, usage, self.fixed_tokens):,} tokens) no longer fits the "
+                f"window and --strategy {self.policy} does not compact: choose another")
+        messages = self.fit_request(messages)
+        if not self.layers:
+            return messages  # a policy with no steps sends the history as it grows, for comparison
+        if level >= HARDEST:
+            messages = self.archived(messages, shorten_for_window(messages, self.precise_tools))
+        used = request_tokens(messages, usage, self.fixed_tokens) if usage and level < 2 else None
+        try:
+            out = self.run_policy(messages, focus, level >= 1, used, ("reasoning", "last resort") if level >= 2 else only)
+        except ContextOverflowError:
+            if level >= HARDEST:
+                raise
+            return self.compact(messages, focus, HARDEST, usage)
+        return self.archived(out, shorten_for_window(out, self.precise_tools)) if level >= HARDEST else out
+
+    def fit_request(self, messages: list[dict]) -> list[dict]:
+        """One rule for a user message larger than half the window, under every policy: archived
+        whole, the largest head and tail that fit are sent with a marker of what was cut, and the user
+        is told in one line. Without an archive no word of it may go: it stays whole, and the steps
+        say when even the last resort cannot fit it."""
+        requests, room = user_requests(messages), max(100, self.budget.effective(messages) // 2)
+        if self.archive is None or not requests or text_tokens(content_text(requests[-1])) <= room:
+            return messages
+        latest, text = requests[-1], content_text(requests[-1])
+        k = len(self.archive.records())
+        self.archive.append([latest], 0)
+        cut, half = cut_request(text, room, k)
+        print(f"[cut] your message (~{text_tokens(text):,} tokens) is larger than the window leaves for it "
+              f"(~{room:,}): the model sees its first and last {half:,} characters; "
+              f"the whole message is archived as #{k} in {self.archive.path}")
+        return [{**m, "content": cut} if m is latest else m for m in messages]
+
+    def archived(self, messages: list[dict], out: list[dict]) -> list[dict]:
+        """`out`, once what it no longer holds of `messages` is in the archive, whole."""
+        self.archive_messages(leaving(messages, out), Pass())
+        return out
+
+    def refused(self, error: Exception) -> int | None:
+        """The server's count when `error` is its "too long" refusal (0 when it gave none), else None.
+        A refusal that names a smaller window than `context_window` narrows every later compaction
+        to it (kept in the state, so --resume keeps it), and the user is told once."""
+        if not is_context_overflow(error):
+            return None
+        window = window_said(error)
+        if window and window < (self.state.window or self.context_window):
+            self.state.window = window
+            print(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={self.context_window:,}: "
+                  f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
+        return refused_size(error) or 0
+
+    def run_policy(self, messages: list[dict], focus: str | None, force: bool, used: int | None,
+                   only: tuple[str, ...] | None) -> list[dict]:
+        """The policy's steps, when due or forced: `used` is the whole request's size when the server
+        counted it; `only` names the steps to run, whatever the target says."""
         run = Pass(focus, force)
         self.note_files(messages)
         self.state.report = []
@@ -1592,15 +1720,20 @@ class Compactor:
         if used is not None:  # the server's count, less what is not history, calibrates our estimates
             counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
             run.ratio, size = max(1.0, counted / max(1, size)), max(size, counted)
+        run.inputs, limit = {id(m) for m in messages}, int(TOO_LARGE_SHARE * self.budget.effective([]))
+        out = cut_too_large(messages, limit, self.precise_tools)  # every policy, whatever its zones
+        if out is not messages:  # what it cut shows in the [compact] line, as a step's work does
+            self.state.report.append(("too large", self.measure(messages, run)[0], self.measure(out, run)[0], 0.0))
         due = size > self.trigger * effective or 0 < self.threshold < len(messages)
         if not force and (not due or (size <= self.state.floor and size <= effective)):  # or no progress yet
-            return self.run_steps(messages, self.every_call, run) if self.every_call else messages
+            cut, out = out, self.run_steps(out, self.every_call, run) if self.every_call else out
+            return self._finish(messages, out, run) if cut is not messages else out  # one output too large
+            # is its own trigger (five-layer): its cut counts as a compaction
         precise = sum(message_tokens(m) for m in precise_messages(messages, self.precise_tools))
         if precise > effective:  # no step may touch them: fail before running every step
             raise self.overflow(messages, precise, precise)
-        run.inputs, out = {id(m) for m in messages}, messages
         if only is not None:  # the caller named the steps: they run whatever the target says
-            return self._finish(messages, self.run_steps(messages, only, run), run)
+            return self._finish(messages, self.run_steps(out, only, run), run)
         for name, step, lossy in self.steps():
             too_many = 0 < self.threshold < len(out)  # the sawtooth's rule: more messages than its threshold
             if not self.over(out, self.target, run) and not (name == "summary" and (force or too_many)):

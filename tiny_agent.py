@@ -32,7 +32,9 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -89,7 +91,8 @@ def compact_now(session: Session, focus: str | None = None, level: int = 0, log=
     """One call of the compaction, and one visible line when it changed something. `level` 0 is
     the strategy's own rule, 1 compacts now, higher levels compact harder (lesson 02)."""
     before = session.messages
-    after = session.compaction.fit(before, focus=focus, level=level, usage=session.usage)
+    with waiting(label="compacting"):
+        after = session.compaction.compact(before, focus=focus, level=level, usage=session.usage)
     if after is before:
         return
     session.compactions += 1
@@ -207,6 +210,30 @@ def printable(text: str, width: int) -> str:
     return flat[:width] + ("…" if len(flat) > width else "")
 
 
+@contextmanager
+def waiting(stream=None, label: str = "thinking"):
+    """Elapsed seconds on the terminal while the model thinks or a summary is made; nothing when
+    output is not a terminal."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    done, start = threading.Event(), time.monotonic()
+
+    def tick():
+        while not done.wait(1.0):
+            stream.write(f"\r[{label}] {time.monotonic() - start:.0f} s ")
+            stream.flush()
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        stream.write("\r" + " " * 24 + "\r")
+
+
 # --- The compaction the loop calls (lesson 02) -----------------------------------------------
 
 
@@ -216,7 +243,7 @@ class Compaction:
     an error. Layer 1 makes the tutorial's sawtooth; Layer 2 makes every strategy (make_compaction)."""
 
     name: str
-    fit: Callable  # (messages, focus=None, level=0, usage=None) -> the messages to send
+    compact: Callable  # (messages, focus=None, level=0, usage=None) -> the messages to send
     refused: Callable = lambda error: None  # the server's count when `error` is a "too long" refusal
     # (0 when it gave none), None for any other error, which the loop raises
     describe: Callable = lambda before, after, usage: ""  # more of the [compact] line
@@ -231,9 +258,9 @@ def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECE
                         summarize: Callable = summarize) -> Compaction:
     """The tutorial's sawtooth: compact_messages with the cheap model's summary (or the one given);
     level 1 and up compact now. A refusal from the server stands (Layer 2 recovers from it)."""
-    def fit(messages, focus=None, level=0, usage=None):
+    def compact(messages, focus=None, level=0, usage=None):
         return compact_messages(messages, summarize, threshold=0 if level else threshold, keep_recent=keep_recent)
-    return Compaction("sawtooth", fit)
+    return Compaction("sawtooth", compact)
 
 
 # --- Tools: bash and three file tools, all confined to one workspace folder (lesson 02) ------
@@ -734,18 +761,16 @@ def one_task(argv: list[str] | None = None) -> int:
 
 import argparse  # noqa: E402  each layer's imports stand at its start, so Layer 1 reads alone
 import fcntl  # noqa: E402
+import functools  # noqa: E402
 import hashlib  # noqa: E402
 import importlib  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
 from dataclasses import asdict, fields, replace  # noqa: E402
 
-from compact import (REASONING_FIELDS, TOO_LARGE_SHARE, Archive, CompactState, ContextOverflowError,  # noqa: E402
-                     check_messages, compaction_stats, content_text, cut_too_large, estimate_tokens,
-                     is_context_overflow, is_summary, leaving, model_configured, refused_size, snip_text,
-                     summarize_extractive, system_head, text_tokens, user_requests, POLICIES, Compactor,
-                     pins_text, admit_tool_result)
+from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError,  # noqa: E402
+                     check_messages, compaction_stats, content_text, estimate_tokens, is_summary, model_configured,
+                     request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text,
+                     admit_tool_result)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -879,84 +904,28 @@ def tools_dropped(messages: list[dict], reply: dict) -> bool:
             and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
-@contextmanager
-def waiting(stream=None, label: str = "thinking"):
-    """Elapsed seconds on the terminal while the model thinks or a summary is made; nothing when
-    output is not a terminal."""
-    stream = stream or sys.stderr
-    if not stream.isatty():
-        yield
-        return
-    done, start = threading.Event(), time.monotonic()
-
-    def tick():
-        while not done.wait(1.0):
-            stream.write(f"\r[{label}] {time.monotonic() - start:.0f} s ")
-            stream.flush()
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
-        stream.write("\r" + " " * 24 + "\r")
-
-
-def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None) -> int:
-    """Tokens of the next request. From the first reply on, the server's count of what it saw is
-    the truth, and what came since is estimated, scaled up by how much more the server's tokenizer
-    counted than ours (never down): small models' tokenizers count up to 45% more (lesson 03)."""
-    estimate = estimate_tokens(messages) + SCHEMA_TOKENS
-    if not usage:
-        return estimate
-    seen, counted = usage
-    ratio = max(1.0, counted / (estimate_tokens(seen) + SCHEMA_TOKENS))
-    if len(seen) <= len(messages) and all(a is b for a, b in zip(seen, messages)):
-        return counted + round(ratio * sum(estimate_tokens([m]) - 3 for m in messages[len(seen):]))
-    return round(estimate * ratio)
-
-
-def server_refused(error: Exception) -> int | None:
-    """The server's count when `error` is its "too long" refusal (0 when it gave none), else None."""
-    return (refused_size(error) or 0) if is_context_overflow(error) else None
-
-
 # --- Strategies: the one place that maps --strategy to a compaction (lessons 02-03) ----------
 
-HARDEST = 3  # levels: 1 the strategy, now; 2 its smallest form; 3 every long message but the user's cut
+STRATEGIES = tuple(POLICIES)  # every policy of the one engine, none (no compaction) and the sawtooth first
 
 
-def window_in_use(config: Config, state: CompactState) -> int:
-    """CONTEXT_WINDOW, or the smaller window a server's refusal named (narrow keeps it in the state)."""
-    return state.window or config.context_window
-
-
-def engine_compaction(config: Config, summarize: Callable, archive: Archive | None,
-                      ws: Workspace | None = None) -> Compaction:
-    """compact.Compactor with the policy --strategy names (the sawtooth by default): the card's rule,
-    the server's count as the truth about size, level 2 straight to the last resort, the recent files
-    it re-attaches read from the workspace, and a large new tool output admitted as the policy says."""
+def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
+                    ws: Workspace | None = None) -> Compaction:
+    """compact.Compactor with the policy --strategy names (the sawtooth by default), which the loop
+    calls directly: the window, the reply's reserve and the tool schemas as its budget, the recent
+    files it re-attaches read from the workspace, and a large new tool output admitted as the policy
+    says. `summarize` None: the model if configured, else the extractive summary."""
     compactor = Compactor(context_window=config.context_window, reserved_output=config.reserved_output,
                           policy=config.strategy, fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
-                          reattach=(lambda path: current_text(ws, path)) if ws else None,
+                          reattach=functools.partial(current_text, ws) if ws else None,
                           precise_tools=config.precise_tools,  # --threshold and --keep-recent where the policy has them
                           **{name: getattr(config, name) for name in ("threshold", "keep_recent")
                              if name in POLICIES[config.strategy]})
-
-    def fit(messages, focus=None, level=0, usage=None):
-        with waiting(label="compacting"):
-            if level >= 2:  # straight to the last resort: the pins, the summary and the latest turn
-                return compactor.compact(messages, focus=focus, force=True, only=("reasoning", "last resort"))
-            return compactor.compact(messages, focus=focus, force=level >= 1,
-                                     used=request_tokens(messages, usage) if usage else None)
-
-    def meter(messages):
-        head = estimate_tokens(messages[:system_head(messages)]) - 3
-        trigger = int(compactor.trigger * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
-        return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compactor.trigger
-    return Compaction(config.strategy, fit, admit=lambda call, output: admit_tool_result(compactor, call, output),
-                      state=compactor.state, archive=archive, meter=meter, guard=compactor.guard)
+    return Compaction(config.strategy, compactor.compact, refused=compactor.refused,
+                      describe=functools.partial(describe_compaction, compactor),
+                      admit=functools.partial(admit_tool_result, compactor),
+                      state=compactor.state, archive=archive, guard=compactor.guard,
+                      meter=functools.partial(trigger_meter, compactor))
 
 
 def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
@@ -967,143 +936,24 @@ def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | Non
         return None
 
 
-def no_compaction(config: Config, summarize: Callable, archive: Archive | None, ws=None) -> Compaction:
-    """--strategy none: the history is sent as it grows, for comparison; a refusal then stands."""
-    return Compaction("none", lambda messages, focus=None, level=0, usage=None: messages, state=CompactState())
+def trigger_meter(compactor: Compactor, messages: list[dict]) -> tuple[int, int, float]:
+    """For /context: the request's size at which the engine compacts, the tokens of the pinned
+    rules, and the trigger's share of the window; a policy with no steps never compacts."""
+    if not compactor.layers:
+        return compactor.budget.context_window, 0, 0.0
+    head = estimate_tokens(messages[:system_head(messages)]) - 3
+    trigger = int(compactor.trigger * compactor.budget.effective(messages)) + compactor.fixed_tokens + head
+    return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compactor.trigger
 
 
-STRATEGIES: dict[str, Callable[..., Compaction]] = {"none": no_compaction,
-                                                   **{name: engine_compaction for name in POLICIES}}
-
-
-def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
-                    ws: Workspace | None = None, log=print) -> Compaction:
-    """The strategy `config` names, ready for the loop: refusals recognised, the hardest level,
-    a user message too large for the window handled the same way under every strategy."""
-    made = STRATEGIES[config.strategy](config, summarize, archive, ws)  # None: the model if configured
-    strategy_fit = made.fit
-
-    def refused(error: Exception) -> int | None:
-        if is_context_overflow(error):
-            narrow(made.state, config, window_said(error), log)
-        return server_refused(error)
-
-    def fit(messages, focus=None, level=0, usage=None):
-        window = window_in_use(config, made.state)
-        messages = fit_user_message(messages, user_room(window, config.reserved_output), archive)
-        if made.name != "none":  # five-layer: one old output too large is cut, whatever the history weighs
-            cut = cut_too_large(messages, int(TOO_LARGE_SHARE * (window - config.reserved_output - SCHEMA_TOKENS)),
-                                config.precise_tools)
-            if cut is not messages and archive is not None:  # whole in the archive before it leaves
-                archive.append(leaving(messages, cut), made.state.compactions + 1)
-            messages = cut
-        if level > HARDEST or (level > 1 and made.name == "none"):  # none never compacts, nor cuts
-            raise ContextOverflowError(
-                f"the request still does not fit the server's window after compacting it as far as it goes "
-                f"(~{request_tokens(messages, usage):,} tokens, {made.name}); raise the server's context size "
-                "and CONTEXT_WINDOW, or shorten the latest message" if made.name != "none" else
-                f"the history (~{request_tokens(messages, usage):,} tokens) no longer fits the model's window "
-                "and --strategy none does not compact: choose another")
-        if level >= HARDEST:  # every long message but the user's is cut first, archived whole
-            messages = shorten_for_window(messages, archive, made.state)
-        try:
-            out = strategy_fit(messages, focus=focus, level=min(level, 2), usage=usage)
-        except ContextOverflowError:
-            if level >= HARDEST:
-                raise
-            return fit(messages, focus, HARDEST, usage)  # the strategy cannot fit it: the hardest level, now
-        return shorten_for_window(out, archive, made.state) if level >= HARDEST else out
-    return replace(made, fit=fit, refused=refused,
-                   describe=lambda before, after, usage: describe_compaction(made, before, after, usage))
-
-
-# The window a server's refusal names: OpenAI and llama-cpp-python, llama-server, vLLM, DashScope,
-# Anthropic, LM Studio, Gemini, TGI (each in tests/test_refusals.py, with its source).
-WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)|\"n_ctx\":\s*(\d+)"
-                         r"|maximum model length (?:is|of) (\d+)|input length should be \[1, (\d+)\]|> (\d+) maximum"
-                         r"|context length of only (\d+)|maximum number of tokens allowed \((\d+)\)"
-                         r"|`max_new_tokens` must be <= (\d+)|`inputs` must have less than (\d+) tokens")
-
-
-def window_said(error: Exception) -> int | None:
-    """The window a "too long" refusal names, or None when it names none."""
-    found = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
-    return int(next(g for g in found.groups() if g)) if found else None
-
-
-def narrow(state: CompactState, config: Config, window: int | None, log=print) -> None:
-    """A server that names a smaller window than CONTEXT_WINDOW: every strategy compacts for that
-    window from now on (it is kept in the state, so --resume keeps it), and the user is told once."""
-    if window and window < window_in_use(config, state):
-        state.window = window
-        log(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={config.context_window:,}: "
-            f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
-
-
-def describe_compaction(made: Compaction, before: list[dict], after: list[dict], usage) -> str:
+def describe_compaction(compactor: Compactor, before: list[dict], after: list[dict], usage) -> str:
     """The rest of the [compact] line: the request's size before and after; the ladder's steps."""
     counted = "counted by the server, plus new messages" if usage else "estimated"
-    line = (f", request ~{request_tokens(before, usage):,} tokens ({counted}) → "
+    line = (f", request ~{request_tokens(before, usage, SCHEMA_TOKENS):,} tokens ({counted}) → "
             f"~{estimate_tokens(after) + SCHEMA_TOKENS:,} estimated")
-    for name, was, now, _ in getattr(made.state, "report", []):
+    for name, was, now, _ in compactor.report:
         line += f"\n          {name:<11} " + (f"{was - now:>+8,} tokens removed" if was > now else "nothing to do")
     return line
-
-
-def user_room(window: int, reserved: int) -> int:
-    """How many tokens one user message may take: half of what the window leaves for messages
-    (the window CONTEXT_WINDOW says, or the smaller one a server's refusal named)."""
-    return max(100, (window - reserved - SCHEMA_TOKENS - estimate_tokens(SYSTEM_PROMPT)) // 2)
-
-
-CUT_MARK = ("[… {n:,} characters of this message were cut to fit the window; the whole message is archived "
-            "(recall #{k}) …]")
-
-
-def fit_user_message(messages: list[dict], room: int, archive: Archive | None) -> list[dict]:
-    """One rule for a user message larger than the window, under every strategy: archived whole,
-    the largest head and tail that fit are sent with a marker of what was cut, and the user is
-    told in one line. Without an archive the whole text would be lost, so it is refused."""
-    requests = user_requests(messages)
-    latest = requests[-1] if requests else None
-    if latest is None or text_tokens(content_text(latest)) <= room:
-        return messages
-    text = content_text(latest)
-    if archive is None:
-        raise ContextOverflowError(f"your message is ~{text_tokens(text):,} tokens and the window leaves "
-                                   f"~{room:,} for it: shorten it, or raise CONTEXT_WINDOW")
-    k = len(archive.records())
-    archive.append([latest], 0)
-    half = max(100, room * 3 // 2)  # characters at each end: about three a token, measured below
-    while half > 100 and text_tokens(text[:half] + text[-half:]) + 40 > room:
-        half = int(half * 0.8)
-    cut = f"{text[:half]}\n{CUT_MARK.format(n=len(text) - 2 * half, k=k)}\n{text[-half:]}"
-    print(f"[cut] your message (~{text_tokens(text):,} tokens) is larger than the window leaves for it "
-          f"(~{room:,}): the model sees its first and last {half:,} characters; "
-          f"the whole message is archived as #{k} in {archive.path}")
-    return [{**m, "content": cut} if m is latest else m for m in messages]
-
-
-def shorten_for_window(messages: list[dict], archive: Archive | None, state, max_chars: int = 200) -> list[dict]:
-    """The hardest level: every long message but the system prompt, a summary and the user's own
-    words is cut to `max_chars`, saying so, archived whole first. A server whose tokenizer counts
-    far more than our estimate (SmolLM2 on garbage output, ~3x) is met here."""
-    out = list(messages)
-    for i in range(system_head(messages), len(messages)):
-        m = messages[i]
-        if m.get("role") == "user":
-            continue
-        if len(content_text(m)) > max_chars:
-            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
-        if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
-            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
-                {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
-        out[i] = m
-    if not any(a is not b for a, b in zip(out, messages)):
-        return messages
-    if archive is not None:
-        archive.append(leaving(messages, out), getattr(state, "compactions", 0))
-    return out
 
 
 # --- Configuration: from the environment, which python-dotenv fills from .env ----------------
@@ -1468,7 +1318,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
     kinds = {"system prompt": 0, "tool schemas": SCHEMA_TOKENS, "summary": 0, "pinned constraints": 0,
              "tool results": 0, "other messages": 0}
     c = session.compaction
-    config = replace(config, context_window=window_in_use(config, c.state))
+    config = replace(config, context_window=c.state.window or config.context_window)
     for i, m in enumerate(session.messages):
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")

@@ -33,9 +33,8 @@ import textwrap
 from pathlib import Path
 
 import show
-from compact import ContextOverflowError, estimate_tokens
-from tiny_agent import (DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Workspace,
-                        is_context_overflow, new_session, run)
+from compact import ContextOverflowError, estimate_tokens, is_context_overflow
+from tiny_agent import DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Workspace, new_session, run
 
 WINDOW = 4_000  # tokens the demo model accepts, like a (very small) real model
 

@@ -150,8 +150,8 @@ def main() -> None:
     summaries: list[tuple[list[dict], str]] = []
     befores: list[list[dict]] = []
     compaction = tutorial_compaction(ABOVE, KEEP, summarizer(summaries))  # the agent's entry, the lesson's summarizer
-    fit = compaction.fit
-    compaction.fit = lambda messages, **kw: (befores.append(messages), fit(messages, **kw))[1]
+    compact = compaction.compact
+    compaction.compact = lambda messages, **kw: (befores.append(messages), compact(messages, **kw))[1]
 
     def log(line: str) -> None:  # the loop's other lines are its tool calls
         if line.startswith("[compact]"):

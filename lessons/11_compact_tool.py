@@ -25,7 +25,7 @@ What changed since lesson 10: the focus no longer has to be guessed from the las
 Try it: change FOCUS; delete the second compact step and compare the final summary.
 Explains tiny_agent.py Layer 1 ("The loop"): run_calls (the `compact` branch), requested_focus,
 compact_now; ("Tools"): TOOL_SCHEMAS; compact.py Part II ("The one engine every strategy runs"):
-Budget, Compactor.compact(force=True), Pass.
+Budget, Compactor.compact(level=1), Pass.
 Run: python lessons/11_compact_tool.py
 """
 

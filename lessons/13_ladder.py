@@ -165,7 +165,7 @@ def main():
         raise ConnectionError("connection reset by peer")
     compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000, summarize=broken)
     for n in range(1, 4):  # three forced compactions, each one reaches the summary rung
-        compactor.compact(generate_conversation(20, seed=1).messages, force=True)
+        compactor.compact(generate_conversation(20, seed=1).messages, level=1)
         print(f"[stats] after failure {n}: " + compaction_stats(compactor.state, compactor.guard).replace("\n", "\n  "))
     print(f"\n[lesson 13] done: {below} of {compactions} compactions needed no summarizer; "
           f"{raised} of 2 overflows raised ContextOverflowError; last_resort alone: {len(out)} messages; "

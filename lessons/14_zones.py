@@ -17,7 +17,8 @@ How it works: the history's share of the effective window picks the zone.
   brought it back under `lossy_resume` (75%). Tools in `precise_tools` are never masked, snipped
   or deduplicated. admit_tool_result(compactor, call, output) shrinks a huge output before it even enters the context
   (past the policy's admit_tokens, 2,000; the cheap model summarizes it; with no model it is snipped), and flag_unverified marks a
-  summary line whose numbers or paths its source never said.
+  summary line whose numbers or paths its source never said. One rule stands outside the zones, as
+  in every policy: an old output over a fifth of the room for messages is cut once read (five-layer).
 
 What changed since lesson 13: the same rungs, sorted by what they cost in information.
 Try it: set trigger=0.5 (where lossless steps start) or lossy_at=0.95; replace ("bash",) by ("read_file",).
@@ -48,11 +49,13 @@ def zones_run(messages):
         share = lambda ms: compactor.budget.history(ms) / compactor.budget.effective(ms)
         ran = [(name, b - a) for name, b, a, _ in compactor.report if a < b]
         lossless = " ".join(f"{n} -{d:,}" for n, d in ran if n in LOSSLESS) or "—"
-        lossy = " ".join(f"{n} -{d:,}" for n, d in ran if n not in LOSSLESS)
+        lossy = " ".join(f"{n} -{d:,}" for n, d in ran if n not in (*LOSSLESS, "too large"))
+        cut = sum(d for n, d in ran if n == "too large")  # the rule every policy shares, outside the zones
         ms = 1000 * sum(s for *_, s in compactor.report)
-        if lossy or compactor.state.compactions <= 3:
+        if lossy or cut or compactor.state.compactions <= 3:
             print(f"  #{compactor.state.compactions:<3}{share(before):>5.0%} →{share(after):>4.0%}  "
-                  f"{lossless:<36} {lossy or '—':<33}{ms:5.1f} ms")
+                  f"{lossless:<36} {lossy or '—':<33}{ms:5.1f} ms"
+                  + f"\n{'':13}one old output too large, cut as in every policy: -{cut:,}" * bool(cut))
         else:
             quiet.append(ms)
     print(f"  {'pass':<4}{'from':>5} →{'to':>4}  {'lossless (tokens removed)':<36} {'lossy':<33} time")

@@ -102,7 +102,7 @@ def main():
           f"default changes nothing ({plain.compact(messages) is messages}); evo-agent masks "
           f"{sum(content_text(m).startswith(PRUNED) for m in out)} of 6 results, the last 3 stay whole")
     small = Compactor(policy="evo-agent", context_window=8_000, reserved_output=500)
-    out = small.compact([*start(), *reads(30)], focus="the parser module", force=True)
+    out = small.compact([*start(), *reads(30)], focus="the parser module", level=1)
     summary = content_text(next(m for m in out if is_summary(m)))
     print(f"[evo-agent] the focus ends the summary, as in every policy: "
           f"{next(line for line in summary.splitlines() if 'Focus' in line)!r}")
@@ -116,7 +116,7 @@ def main():
     print(f"[five-layer] {batch!r}: a 3,000-line log → {lines[0]!r} … {lines[99]!r}, {lines[100]!r}, "
           f"{lines[101]!r} … {lines[-1]!r}")
     reports = runs["five-layer"][1]["reports"]
-    freed = ", ".join(f"{r[batch]:,}" + " (not kept)" * (r[batch] < five.cache_min_tokens) for r in reports)
+    freed = ", ".join(f"{r[batch]:,}" + " (not kept)" * (r[batch] < five.cache_min_tokens) for r in reports if batch in r)
     print(f"[five-layer] cache first: the batch freed {freed} tokens in part 1; one under "
           f"{five.cache_min_tokens:,} is not kept, so the cached prefix changes once or not at all")
     light = [r for r in reports if "light" in r]
@@ -168,7 +168,7 @@ def main():
     def broken(messages, focus=None):
         raise RuntimeError("model down")
     echo = Compactor(policy="echo-agent", context_window=4_000, reserved_output=500, summarize=broken)
-    echo.compact([*start(), *reads(10, 60)], force=True)
+    echo.compact([*start(), *reads(10, 60)], level=1)
     print(f"[stats] {compaction_stats(echo.state, echo.guard)}")
 
     show.banner("6. sawtooth-tutorial (seed 004): the graded rolling summary")
@@ -180,7 +180,7 @@ def main():
     later = [say("The check uses <= now. Running the tests."), *show.step("t2", "bash", tests * 5 + "41 passed",
              command="pytest"), say("The tests pass."), *show.step("t3", "bash", "ok", command="git diff")]
     for n, more in enumerate(([], later), start=1):
-        messages = saw.compact([*messages, *more], force=True)
+        messages = saw.compact([*messages, *more], level=1)
         sections = parse_summary(saw.state.summary)
         print(f"[graded] summary {n}: " + "; ".join(f"{t}: {sections[t]}" for t in (EARLIER, "Decisions", "Progress")
                                                    if t in sections))

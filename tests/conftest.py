@@ -292,4 +292,10 @@ def sawtooth(messages, summarize=None, *, threshold=None, keep_recent=None, max_
                                threshold=compact.THRESHOLD if threshold is None else threshold,
                                keep_recent=compact.KEEP_RECENT if keep_recent is None else keep_recent,
                                precise_tools=precise_tools, state=compact.CompactState() if state is None else state)
-    return engine.compact(messages, focus=focus, force=force, used=tokens)
+    return engine.compact(messages, focus=focus, level=int(force), usage=(messages, tokens) if tokens else None)
+
+
+def compacting_policies() -> list[str]:
+    """Every policy of the engine that compacts: "none" has no steps, it sends the history as it grows."""
+    import compact
+    return [name for name, policy in compact.POLICIES.items() if policy["layers"]]

@@ -11,8 +11,9 @@ import pytest
 import compact
 import tiny_agent
 from conftest import chat_response
+from compact import is_context_overflow
 from tiny_agent import (OUTPUT_CAP, TOOL_SCHEMAS, Config, ContextLengthExceeded, DemoModel, Workspace,
-                        is_context_overflow, new_session, openai_model, repl, run_tool, sawtooth_chart)
+                        new_session, openai_model, repl, run_tool, sawtooth_chart)
 
 
 @pytest.fixture(autouse=True)

@@ -450,7 +450,8 @@ def test_linearity_reports_an_exponent_and_the_rungs_that_ran():
     messages = generate_conversation(30, seed=0).messages
     result = benchmark.linearity(messages, sizes=(150, 300))
     assert result["messages"] == [150, 300] and len(result["seconds"]) == 2
-    assert math.isfinite(result["exponent"]) and result["rungs"][0] == "reasoning" and "summary" in result["rungs"]
+    steps = [name for name in result["rungs"] if name != "too large"]  # a cut that precedes every step
+    assert math.isfinite(result["exponent"]) and steps[0] == "reasoning" and "summary" in steps
 
 
 def test_a_long_history_is_valid_and_about_the_size_asked():

@@ -44,8 +44,8 @@ def test_drift_check_flags_a_summary_that_reverses_the_users_rule():
     frozen = copy.deepcopy(messages)
     outs = [sawtooth(messages, drifting, threshold=10)]
     outs += [Compactor(policy=name, context_window=4_000, reserved_output=500, summarize=drifting).compact(
-        messages, force=True) for name in ("echo-agent", "five-layer")]
-    outs.append(Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=drifting).compact(messages, force=True))
+        messages, level=1) for name in ("echo-agent", "five-layer")]
+    outs.append(Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=drifting).compact(messages, level=1))
     for out in outs:
         line = next(x for x in summary_text(out).split("\n") if x.startswith(DRIFTED))
         assert line.endswith(compact.UNVERIFIED), line
@@ -65,12 +65,12 @@ def test_a_summarizer_failure_is_said_in_the_summary_never_passed_off_as_a_summa
     guard = compact.SummaryGuard(broken, max_failures=1, cooldown=2)
     made = {"sawtooth": sawtooth(messages, guard, threshold=10),
             "sawtooth, breaker open": sawtooth(messages, guard, threshold=10)}
-    made["layered"] = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken).compact(messages, force=True)
+    made["layered"] = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken).compact(messages, level=1)
     for name in ("echo-agent", "evo-agent"):  # five-layer's light tier calls no model: nothing can fail
         made[name] = Compactor(policy=name, context_window=4_000, reserved_output=500, summarize=broken).compact(
-            messages, force=True)
+            messages, level=1)
     made["last resort"] = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken).compact(
-        messages, force=True, only=("reasoning", "last resort"))
+        messages, level=1, only=("reasoning", "last resort"))
     for name, out in made.items():
         text = summary_text(out)
         assert "summary model failed" in text or "summary model is paused" in text, (name, text[:300])
@@ -102,13 +102,13 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
     for strategy in ("sawtooth", "layered", "hybrid", "zones", *compact.PRESETS):
         archive = compact.Archive(tmp_path / f"{strategy}.jsonl")
         made = tiny_agent.make_compaction(tiny_agent.Config(strategy=strategy), compact.summarize_extractive, archive)
-        out = made.fit(messages)
+        out = made.compact(messages)
         text = content_text(out[3])
         assert text.startswith("[this output alone was ~") and compact.text_tokens(text) < 8_000, strategy
         assert len(out) == len(messages) and out[4] is messages[4]  # nothing else changed
         assert any(r["message"]["content"] == huge for r in archive.records()), strategy
-        assert made.fit(unseen) is unseen  # the model has not read it yet: it stays whole
-        assert made.fit(out) is out  # once cut, never cut again
+        assert made.compact(unseen) is unseen  # the model has not read it yet: it stays whole
+        assert made.compact(out) is out  # once cut, never cut again
     assert messages == frozen
 
 
@@ -160,11 +160,11 @@ def test_echo_agent_always_follows_its_summary_with_an_acknowledgement():
         messages += [user("Now check the staging config too.")] if i == 9 else []
     frozen = copy.deepcopy(messages)
     small = dict(context_window=6_000, reserved_output=500)
-    default = Compactor(policy="layered", **small).compact(messages, force=True)
+    default = Compactor(policy="layered", **small).compact(messages, level=1)
     at = next(i for i, m in enumerate(default) if is_summary(m))
     assert default[at + 1]["role"] == "assistant" and default[at + 1] is not compact.ACK  # the case the rule is about
-    for out in (Compactor(policy="echo-agent", **small).compact(messages, force=True),
-                Compactor(policy="echo-agent", **small).compact(messages, force=True, only=("last resort",))):
+    for out in (Compactor(policy="echo-agent", **small).compact(messages, level=1),
+                Compactor(policy="echo-agent", **small).compact(messages, level=1, only=("last resort",))):
         at = next(i for i, m in enumerate(out) if is_summary(m))
         assert out[at + 1] == compact.ACK and out[at + 2]["role"] == "user", [m["role"] for m in out]
         assert content_text(out[at + 2]) == "Now check the staging config too."  # the latest request, verbatim

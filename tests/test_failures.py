@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 import compact
-from conftest import sawtooth, tallied
+from conftest import sawtooth, tallied, compacting_policies
 from conversations import generate_conversation
 
 HISTORY = generate_conversation(20, seed=7).messages  # about 22k tokens: over the trigger of WINDOW
@@ -100,7 +100,7 @@ def context_text(messages: list[dict]) -> str:
 def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing, kind, policy, force):
     summarizer = failing(kind)
     c = compactor(tmp_path, summarizer, policy)
-    out = c.compact(HISTORY, force=force)
+    out = c.compact(HISTORY, level=int(force))
     assert summarizer.calls >= 1
     assert c.guard.last_error  # the failure was seen, and the offline summary took over
     assert_fits_and_archived(c, HISTORY, out)
@@ -120,7 +120,7 @@ def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing
 
 def compact_until_the_breaker_opens(c: compact.Compactor) -> None:
     for _ in range(c.guard.max_failures):  # a compaction may call the summarizer more than once
-        assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, force=True))
+        assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, level=1))
         if c.guard.open:
             return
     pytest.fail(f"the breaker is still closed after {c.guard.max_failures} failing compactions")
@@ -133,10 +133,10 @@ def test_the_breaker_opens_after_three_failures_and_closes_after_the_cooldown(tm
     compact_until_the_breaker_opens(c)
     assert summarizer.calls == 3  # three failures in a row, and no call after the third
     for _ in range(c.guard.cooldown):
-        assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, force=True))
+        assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, level=1))
     assert summarizer.calls == 3, "the summarizer was called during the cooldown"
     summarizer.failing = False  # the summarizer recovered: the next compaction uses it again
-    out = c.compact(HISTORY, force=True)
+    out = c.compact(HISTORY, level=1)
     assert summarizer.calls > 3 and not c.guard.open
     assert "reproduced the failure" in context_text(out)
 
@@ -214,7 +214,7 @@ def test_the_breaker_stops_calling_a_failing_model_server(tmp_path, fake_openai,
     sent = len(server.requests)
     injected["server 429"] += sent
     for _ in range(c.guard.cooldown):
-        assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, force=True))
+        assert_fits_and_archived(c, HISTORY, c.compact(HISTORY, level=1))
     assert len(server.requests) == sent
 
 
@@ -253,7 +253,7 @@ STUBBORN = {  # histories compaction can barely shrink: the system prompt or the
 }
 
 
-@pytest.mark.parametrize("policy", compact.POLICIES)
+@pytest.mark.parametrize("policy", compacting_policies())
 @pytest.mark.parametrize("history", list(STUBBORN.values()), ids=list(STUBBORN))
 def test_compaction_terminates_and_does_not_repeat_on_its_own_output(tmp_path, policy, history):
     c = compact.Compactor(policy=policy, summarize=compact.summarize_extractive, **WINDOW)
@@ -303,7 +303,7 @@ def test_when_no_step_helps_the_summarizer_is_not_called_again_on_the_same_histo
                                  "not even a dict"], ids=["no role", "unknown role", "not a dict"])
 def test_a_message_without_a_valid_role_is_refused_naming_its_index(bad):
     messages = [*HISTORY[:3], bad, *HISTORY[3:5]]  # short: far below any trigger
-    for policy in compact.POLICIES:
+    for policy in compacting_policies():
         with pytest.raises(ValueError, match=r"^message 3 has no valid role"):
             compact.Compactor(policy=policy).compact(messages)
     with pytest.raises(ValueError, match=r"^message 3 has no valid role"):

@@ -7,12 +7,12 @@ import json
 import math
 
 import pytest
-from conftest import RECORDED, load_trajectories
+from conftest import RECORDED, load_trajectories, compacting_policies
 from test_layers import assistant, call, log_output, reads, result, system, tool_turn, user
 
 import compact
 from compact import (
-    POLICIES, PRESETS, Archive, Compactor, ContextOverflowError, content_text, eviction_note, find_constraints,
+    PRESETS, Archive, Compactor, ContextOverflowError, content_text, eviction_note, find_constraints,
     find_problems, is_generated, is_summary, mask_secrets, message_tokens, near_duplicate_key, summarize_extractive,
     user_requests,
 )
@@ -98,7 +98,7 @@ def parallel_history(batches=6) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", compacting_policies())
 def test_the_tail_never_starts_with_a_tool_result(policy):
     messages = parallel_history()
     compactor = compactor_for(messages, 0.9, policy=policy)
@@ -108,7 +108,7 @@ def test_the_tail_never_starts_with_a_tool_result(policy):
         assert tail == n or messages[tail]["role"] != "tool", f"prefix of {n} messages"
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", compacting_policies())
 def test_the_newest_group_is_in_the_tail_even_when_bigger_than_the_tail_budget(policy):
     messages = [*task(), *reads(3), *tool_turn("big", "bash", log_output("huge", lines=3_000), command="pytest")]
     compactor = compactor_for(messages, 0.9, policy=policy, keep_recent=1)
@@ -367,7 +367,7 @@ def test_a_forced_compaction_at_low_usage_summarizes_without_the_last_resort(pol
     messages = forty_two()
     focuses = []
     compactor = compactor_for(messages, 0.25, policy=policy, summarize=focus_spy(focuses))
-    out = compactor.compact(messages, focus=FOCUS, force=True)
+    out = compactor.compact(messages, focus=FOCUS, level=1)
     assert "summary" in step_names(compactor) and "last resort" not in step_names(compactor)
     kept = [m for m in out if any(m is k for k in messages[2:])]
     assert len(kept) > 2  # more than the last turn (the latest question and its answer)
@@ -375,19 +375,19 @@ def test_a_forced_compaction_at_low_usage_summarizes_without_the_last_resort(pol
     assert find_problems(out) == []
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", compacting_policies())
 def test_the_focus_of_a_forced_compaction_reaches_the_summarizer(policy):
     messages = forty_two()
     focuses = []
     compactor = compactor_for(messages, 0.25, policy=policy, summarize=focus_spy(focuses))
-    out = compactor.compact(messages, focus=FOCUS, force=True)
+    out = compactor.compact(messages, focus=FOCUS, level=1)
     assert focuses == [FOCUS] and is_summary(summary_of(out))
 
 
 def test_under_zones_a_forced_compaction_at_low_usage_still_compacts():
     messages = forty_two()
     compactor = compactor_for(messages, 0.25, policy="zones")
-    out = compactor.compact(messages, force=True)
+    out = compactor.compact(messages, level=1)
     assert out is not messages and compactor.state.compactions == 1
     assert compactor.budget.history(out) < compactor.budget.history(messages)
     assert find_problems(out) == []
@@ -447,7 +447,7 @@ class Promises:
 
 
 @RECORDED
-@pytest.mark.parametrize("policy", [p for p in POLICIES if p not in PRESETS])  # a preset is data on one of them
+@pytest.mark.parametrize("policy", [p for p in compacting_policies() if p not in PRESETS])  # a preset is data on one of them
 @pytest.mark.parametrize("filename, window, reserved", REPLAYS, ids=["tau-bench", "swe-bench"])
 def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_archived(
         filename, window, reserved, policy, tmp_path, every):

@@ -12,7 +12,7 @@ import pytest
 
 import compact
 from compact import CompactState, Compactor, estimate_tokens, message_tokens
-from conftest import sawtooth
+from conftest import sawtooth, compacting_policies
 from conftest import RECORDED, chat_response
 
 
@@ -36,10 +36,10 @@ PRECISE = [pytest.param(lambda m: sawtooth(m, compact.summarize_extractive, max_
                                            precise_tools=("db_query",)), id="sawtooth")] + [
     pytest.param(lambda m, p=policy: Compactor(context_window=8_000, reserved_output=1_000, policy=p,
                                                summarize=compact.summarize_extractive,
-                                               precise_tools=("db_query",)).compact(m, force=True), id=policy)
-    for policy in compact.POLICIES] + [
+                                               precise_tools=("db_query",)).compact(m, level=1), id=policy)
+    for policy in compacting_policies()] + [
     pytest.param(lambda m: Compactor(policy="layered", context_window=8_000, reserved_output=1_000, summarize=compact.summarize_extractive,
-                                     precise_tools=("db_query",)).compact(m, force=True, only=("last resort",)),
+                                     precise_tools=("db_query",)).compact(m, level=1, only=("last resort",)),
                  id="last resort")]
 
 
@@ -61,7 +61,7 @@ def test_when_precise_results_alone_do_not_fit_the_error_says_so():
     ladder = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=compact.summarize_extractive,
                        precise_tools=("db_query",))
     with pytest.raises(compact.ContextOverflowError, match=r"precise tools \(db_query\)"):
-        ladder.compact(big, force=True)
+        ladder.compact(big, level=1)
 
 
 def test_an_image_part_and_a_name_are_counted():
@@ -270,7 +270,7 @@ def test_what_the_last_resort_drops_after_the_summary_is_folded_into_it():
                {"role": "tool", "tool_call_id": "h1", "content": "log line\n" * 300}]
     ladder = Compactor(context_window=4_000, reserved_output=500, policy="hybrid", keep_recent=4, summarize=model,
                        target=0.2)  # the summary and the last 4 messages are over it: the last resort runs
-    out = ladder.compact(history, force=True)
+    out = ladder.compact(history, level=1)
     text = "\n".join(compact.content_text(m) for m in out)
     assert len(calls) == 1 and [step for step, *_ in ladder.state.report][-1] == "last resort"
     assert "Decision: compare expiry in UTC because CI runs in UTC." in text and "vendor/tzshim/offsets.py" in text

@@ -10,7 +10,7 @@ import json
 
 import compact
 import pytest
-from conftest import sawtooth, ROOT
+from conftest import sawtooth, ROOT, compacting_policies
 
 FIXTURE = ROOT / "tests" / "data" / "pi-mono-large-session.jsonl"
 WINDOW = 16_000
@@ -59,7 +59,7 @@ def test_the_fixture_is_a_valid_conversation():
     assert compact.find_problems(messages) == []
 
 
-@pytest.mark.parametrize("name", compact.POLICIES)
+@pytest.mark.parametrize("name", compacting_policies())
 def test_every_request_is_valid_and_quotes_the_latest_user_request(name):
     compaction, history, latest = strategy(name), [{"role": "system", "content": "You are a coding agent."}], None
     requests = 0

@@ -40,7 +40,7 @@ def test_evo_agent_masks_old_results_before_every_call_even_below_the_trigger():
 def test_evo_agent_appends_the_focus_to_the_summary():
     messages = [system(), user("Survey the code."), *grow(30)]
     out = Compactor(policy="evo-agent", context_window=8_000, reserved_output=500).compact(
-        messages, focus="the parser module", force=True)
+        messages, focus="the parser module", level=1)
     summary = next(m for m in out if compact.is_summary(m))
     assert "Focus of this compaction: the parser module" in content_text(summary)
 
@@ -133,7 +133,7 @@ def test_stats_time_the_failures_and_warn_while_summaries_are_degraded():
     messages = [system(), user("Go."), *grow(10, size=60)]
     assert "WARNING" not in compact.compaction_stats(c.state, c.guard)
     for _ in range(3):
-        messages = c.compact([*messages, *grow(4, size=60), user("Go on.")], force=True)
+        messages = c.compact([*messages, *grow(4, size=60), user("Go on.")], level=1)
     stats = compact.compaction_stats(c.state, c.guard)
     assert "summarizer failures: 3, the last at" in stats and "model down" in stats
     assert "WARNING: summaries are degraded" in stats

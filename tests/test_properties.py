@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import compact
-from conftest import sawtooth
+from conftest import sawtooth, compacting_policies
 
 # Deterministic: the same examples every run, no example database, no per-example deadline. No
 # shrinking either: shrinking a 60-message conversation can take minutes, so a failure prints the
@@ -248,7 +248,7 @@ def run_compactor(messages, **options):
     """A fresh Compactor each time; the overflow error is a result like any other."""
     force = options.pop("force")
     try:
-        return compact.Compactor(**{"policy": "layered", "summarize": compact.summarize_extractive, **options}).compact(messages, force=force)
+        return compact.Compactor(**{"policy": "layered", "summarize": compact.summarize_extractive, **options}).compact(messages, level=int(force))
     except compact.ContextOverflowError as error:
         return error
 
@@ -381,7 +381,7 @@ def test_sawtooth_output_is_valid_for_damaged_conversations():
 
 def check_every_policy(messages: list[dict], options: dict, valid_input: bool, seen: Counter) -> None:
     """Every policy, triggered by size and forced, on the same conversation."""
-    for policy in [p for p in compact.POLICIES if p not in compact.PRESETS]:  # a preset is data on one of them
+    for policy in [p for p in compacting_policies() if p not in compact.PRESETS]:  # a preset is data on one of them
         for force in (False, True):
             check_compactor(messages, {**options, "policy": policy, "force": force}, valid_input, seen)
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 from werkzeug import Response
 
-from tiny_agent import is_context_overflow
+from compact import is_context_overflow
 
 
 def error(message: str, kind: str = "invalid_request_error", code=None, **extra) -> dict:
@@ -167,9 +167,9 @@ WINDOWS = {"llama-cpp-python (captured)": 2048, "llama.cpp llama-server": 4096, 
 
 @pytest.mark.parametrize("server", WINDOWS)
 def test_the_window_a_refusal_names_is_read(httpserver, server):
-    import tiny_agent
+    import compact
     status, body, *_ = REFUSALS.get(server) or FOUR_WORDINGS[server]
-    assert tiny_agent.window_said(raised(httpserver, status, body)) == WINDOWS[server]
+    assert compact.window_said(raised(httpserver, status, body)) == WINDOWS[server]
     assert set(WINDOWS) == set(REFUSALS) | set(FOUR_WORDINGS)
 
 

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import sawtooth, ROOT, chat_response, tallied
+from conftest import sawtooth, ROOT, chat_response, tallied, compacting_policies
 
 import compact
 from conversations import generate_conversation
@@ -35,7 +35,7 @@ def compacted(tmp_path, history, policy="hybrid", summarize=compact.summarize_ex
     """(compactor, output) after one forced compaction with an archive in tmp_path/archive."""
     c = compact.Compactor(policy=policy, summarize=summarize, archive=compact.Archive.in_folder(tmp_path / "archive"),
                           **WINDOW, **options)
-    return c, c.compact(history, force=True)
+    return c, c.compact(history, level=1)
 
 
 report_attacks, tried = tallied("safety", "attacks tried")
@@ -217,7 +217,7 @@ def assert_compacted(history: list[dict], out: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("channel", CHANNELS)
-@pytest.mark.parametrize("policy", compact.POLICIES)
+@pytest.mark.parametrize("policy", compacting_policies())
 @pytest.mark.parametrize("attack, fragment", ATTACKS.items(), ids=ATTACK_IDS)
 def test_an_injection_in_tool_output_never_becomes_an_instruction(tmp_path, tried, attack, fragment, policy, channel):
     history = attacked(attack, channel)

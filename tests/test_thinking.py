@@ -143,7 +143,7 @@ def test_the_ladder_archives_the_reasoning_it_removes(tmp_path):
     messages = history_with_reasoning()
     c = compact.Compactor(policy="layered", context_window=1_600, reserved_output=100, archive=archive,
                           summarize=compact.summarize_extractive)
-    out = c.compact(messages, force=True)
+    out = c.compact(messages, level=1)
     assert c.report[0][0] == "reasoning" and broken_rule(out) is None
     archived = [r["message"] for r in archive.records()]
     assert messages[2] in archived  # the original, reasoning and all

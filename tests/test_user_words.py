@@ -12,7 +12,7 @@ import re
 import compact
 import pytest
 import tiny_agent
-from conftest import sawtooth, FakeOpenAI, chat_response
+from conftest import sawtooth, FakeOpenAI, chat_response, compacting_policies
 from pytest_httpserver import HTTPServer
 from test_repl import Terminal, agent_env
 
@@ -96,7 +96,7 @@ def test_the_task_its_rules_its_ticket_and_the_latest_question_outlive_a_forgetf
 
 
 @pytest.mark.parametrize("only", [None, ("reasoning", "last resort")])
-@pytest.mark.parametrize("name", compact.POLICIES)
+@pytest.mark.parametrize("name", compacting_policies())
 def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_them(name, only):
     """Inside: the words that leave live on in the compaction's state, not in the last summary's
     text, and the summary message shows them, after the last resort dropped the task's message too."""
@@ -109,7 +109,7 @@ def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_t
         messages += [{"role": "assistant", "content": "", "tool_calls": [
             {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"ls {n}"})}}]},
             {"role": "tool", "tool_call_id": f"c{n}", "content": f"file_{n}.txt " * 60}]
-        messages = compactor.compact(messages, force=only is not None, only=only)
+        messages = compactor.compact(messages, level=int(only is not None), only=only)
     assert compactor.state.compactions >= 3
     text = "\n".join(compact.content_text(m) for m in messages)
     for words in (TASK, *RULES, "Finish OPS-4721 now."):

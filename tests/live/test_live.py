@@ -53,12 +53,13 @@ def test_the_first_request_is_estimated_within_15_percent_of_the_servers_count(l
     """llama-cpp-python only: it renders the schemas. llama-server with SmolLM2's template renders
     none (103 prompt tokens with or without them, RESPONSES.md), so there the count says nothing
     about the schema estimate."""
+    import compact
     import tiny_agent
     from openai import OpenAI
     monkeypatch.setenv("CONTEXT_WINDOW", "2048")
     session = tiny_agent.new_session(tiny_agent.load_config())
     session.messages.append({"role": "user", "content": TASK})
-    estimate = tiny_agent.request_tokens(session.messages, None)
+    estimate = compact.request_tokens(session.messages, None, tiny_agent.SCHEMA_TOKENS)
     model = tiny_agent.openai_model(OpenAI(base_url=live_base_url, api_key="x", max_retries=0), live_model)
     counted = model(session.messages, tiny_agent.TOOL_SCHEMAS)["usage"]
     assert abs(estimate - counted) <= 0.15 * counted, (estimate, counted)
