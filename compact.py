@@ -476,9 +476,18 @@ def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[
     return list(found)
 
 
-def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS)) -> list[str]:
+# The names in what the agent typed (its calls' arguments), which it types again, read as code writes
+# them: besides IDENTIFIER's, a dotted name whole (new_lines.append, where IDENTIFIER stops at
+# new_lines) and a name with an underscore in any case (INSTALLED_APPS, __main__); a path or an
+# e-mail address stays one name (reproduce_app/models.py).
+CODE_NAME = re.compile(r"(?<![\w./-])(?![\w.+-]*[/@])(?:_*[A-Za-z]\w*(?:\.\w+)+|(?=\w*_)_*[A-Za-z]\w*)|"
+                       + IDENTIFIER.pattern)
+
+
+def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS),
+                pattern: re.Pattern = IDENTIFIER) -> list[str]:
     """Every distinct identifier in the texts, the most recently mentioned first, within `budget`."""
-    return newest_within((word.rstrip(".") for text in reversed(texts) for word in reversed(IDENTIFIER.findall(text))),
+    return newest_within((word.rstrip(".") for text in reversed(texts) for word in reversed(pattern.findall(text))),
                          budget)
 
 
@@ -824,15 +833,27 @@ def focus_lines(messages: list[dict], focus: str) -> list[str]:
         "Relevant to the focus"]]))
 
 
+def typed_text(call: dict) -> str:
+    """A call's argument values (numbers as written, never the keys) as the agent typed them, one a
+    line: decoded, since in the JSON text an escaped newline glues its "n" to the next name."""
+    raw = (call.get("function") or {}).get("arguments") or ""
+    try:
+        args = json.loads(raw, parse_int=str, parse_float=str)
+    except (json.JSONDecodeError, TypeError):
+        return raw
+    values: list[str] = []
+    map_strings(args, values.append)
+    return "\n".join(values)
+
+
 def extractive_items(plain: list[dict], focus: str | None, budget: int) -> dict[str, list[str]]:
     """What the messages hold for each section, the oldest first (lesson 04)."""
     said = [" ".join(content_text(m).split())[:600] for m in user_requests(plain)]  # whole in the archive
     told = [content_text(m) for m in plain if m["role"] == "assistant" and content_text(m)]
     read, changed = files_touched(plain)
-    texts = [content_text(m) + " " + " ".join((c.get("function") or {}).get("arguments") or "" for c in
-                                              m.get("tool_calls") or []) for m in plain]
+    texts = [content_text(m) + " " + " ".join(typed_text(c) for c in m.get("tool_calls") or []) for m in plain]
     # what the agent typed (its calls' arguments) it tends to type again: those identifiers come first
-    typed = [(c.get("function") or {}).get("arguments") or "" for m in plain for c in m.get("tool_calls") or []]
+    typed = [typed_text(c) for m in plain for c in m.get("tool_calls") or []]
     room = int(IDENTIFIER_SHARE * budget)
     tools = Counter(call_name(c) for m in plain for c in m.get("tool_calls") or [])
     return {"Goal": said[:1], "User constraints (verbatim)": find_constraints(plain),
@@ -841,7 +862,7 @@ def extractive_items(plain: list[dict], focus: str | None, budget: int) -> dict[
             "Files changed": changed, "Files read": read,
             "Files in outputs": [p for m in plain if m["role"] == "tool" for p in PATH.findall(content_text(m))],
             "Errors seen": [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)],
-            "Identifiers": newest_within(identifiers(typed, room) + identifiers(texts, room), room)[::-1],
+            "Identifiers": newest_within(identifiers(typed, room, CODE_NAME) + identifiers(texts, room), room)[::-1],
             "Calls (arguments verbatim)": call_values(plain, int(CALL_SHARE * budget))[::-1],
             "Tools run": [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else [],
             "Progress": [" ".join(text.split())[:300] for text in told],
@@ -1486,11 +1507,12 @@ NAMES_KEPT = 20  # a shortened argument lists up to this many names of what was 
 
 def shorten_value(value, max_chars: int):
     """Shorten long strings anywhere inside parsed JSON, so the arguments stay valid JSON; what was
-    cut is counted, and the names it used are listed, since the next step often reuses them."""
+    cut is counted, and the names it used (CODE_NAME: the agent typed them) are listed, since the
+    next step often reuses them."""
     def cut(s: str) -> str:
         if len(s) <= max_chars:
             return s
-        names = list(dict.fromkeys(IDENTIFIER.findall(s[max_chars:])))[:NAMES_KEPT]
+        names = list(dict.fromkeys(CODE_NAME.findall(s[max_chars:])))[:NAMES_KEPT]
         listed = f"; names: {', '.join(names)}" if names else ""
         return s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut{listed}]"
     return map_strings(value, cut)

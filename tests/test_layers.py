@@ -455,6 +455,14 @@ def test_long_arguments_of_old_calls_are_shortened_and_stay_valid_json():
     assert [m for m in out if m.get("tool_calls")][2:] == [m for m in messages if m.get("tool_calls")][2:]
 
 
+def test_a_shortened_argument_lists_the_names_it_cut_whole():
+    content = "x = 1\n" * 100 + "new_lines.append(SECRET_KEY)\nif __name__ == '__main__':\n    main()\n"
+    messages = [user("write files"), *tool_turn("w", "write_file", "ok", path="a.py", content=content), *writes(3)]
+    args = json.loads(shorten_tool_arguments(messages, max_chars=400, keep_last=3)[1]["tool_calls"][0]["function"]
+                      ["arguments"])
+    assert args["content"].endswith("names: new_lines.append, SECRET_KEY, __name__, __main__]")
+
+
 def test_the_last_calls_keep_their_arguments_untouched():
     messages = [user("write files"), *writes(4)]
     out = shorten_tool_arguments(messages, keep_last=3)
@@ -568,6 +576,20 @@ def test_the_identifiers_the_agent_typed_come_before_those_it_only_read():
                 *tool_turn("c2", "bash", listing, command="ls data")]
     kept = sections(summarize_extractive(messages))["Identifiers"][0].split(", ")
     assert kept[0] == "load_cfg_v2" and "ITEM399X" in kept and "ITEM000X" not in kept  # then the newest read
+
+
+def test_the_names_the_agent_typed_are_kept_whole_as_code_names_them():
+    """What the agent typed it types again (the recorded SWE runs rewrite their reproduction scripts):
+    a name with an underscore in any case, a dotted name whole, and a name that starts a line of the
+    script, which the call's JSON escapes ("\\nnew_lines"), read without the escape's "n"."""
+    script = ("cat <<'EOF' > repro.py\nnew_lines.append(1)\nsettings.configure(INSTALLED_APPS=[])\n"
+              + "print(1)\n" * 60 + "if __name__ == '__main__':\n    schema_editor.create_model(Book)\nEOF")
+    messages = [user("Reproduce the bug."), *tool_turn("c1", "bash", "ok", command=script)]
+    kept = sections(summarize_extractive(messages))["Identifiers"][0].split(", ")
+    assert {"new_lines.append", "INSTALLED_APPS", "__name__", "__main__", "schema_editor.create_model"} <= set(kept)
+    assert not [k for k in kept if k.startswith("nnew") or k.startswith("nsettings")]
+    assert compact.CODE_NAME.findall("see reproduce_app/models.py or a_b@example.com") == [
+        "reproduce_app/models.py", "a_b@example.com"]  # a path and an address stay one name
 
 
 def test_a_summary_may_take_a_share_of_what_it_replaces_and_at_least_summary_tokens():
