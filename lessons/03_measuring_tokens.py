@@ -27,7 +27,7 @@ Budget says how much of the window the history may use:
                     |<----- trigger 0.7 ----->|  past here: compact, down to target
 
 An estimate is still an estimate: when the server reports how many tokens it counted
-(usage.prompt_tokens), the loop keeps it (Session.usage) and tiny_agent.request_tokens starts from it.
+(usage.prompt_tokens), the loop keeps it (Session.usage) and compact.request_tokens starts from it.
 
 What changed since lesson 02: the sawtooth counted messages; Part II counts tokens from here on.
 Try it: paste your own text into SAMPLES; set NET to 6_000 and the net leaves the history alone;

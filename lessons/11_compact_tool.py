@@ -78,7 +78,7 @@ def main():
         show.banner("1. The real loop, with a scripted stand-in model")
         print("[stand-in] The model is a fixed Python script, not a language model; the loop, the tools "
               "and the compactor are the real code.")
-        # the budget engine_compaction gives its Compactor: the window, the answer's reserve, the schemas
+        # the budget make_compaction gives its Compactor: the window, the answer's reserve, the schemas
         budget = Budget(config.context_window, config.reserved_output, fixed_tokens=tiny_agent.SCHEMA_TOKENS)
         effective = budget.effective(session.messages)
         print(f"[forced] trigger {budget.trigger:.0%} = {budget.trigger * effective:,.0f} history tokens, "

@@ -91,7 +91,7 @@ def main():
     def make(summarizer):  # the benchmark's CountingSummarizer counts every call of the guard
         return counted(Compactor(policy="layered", context_window=WINDOW, reserved_output=WINDOW // 8), summarizer)
     compactor, run, summarizer = show.watch(generate_conversation(250, seed=3).messages, make, on_compaction)
-    below = mask_only = 0
+    below = mask_only = cut_only = 0
     for n, before, after, report in rows:
         names = [name for name, *_ in report]
         steps = " · ".join(f"{name} -{b - a:,}" if a < b else f"{name} 0" for name, b, a, _ in report)
@@ -99,9 +99,11 @@ def main():
         if "summary" not in names:  # the ladder stopped before the summary rung
             below += 1
             mask_only += names[-1] == "mask"
+            cut_only += names == ["too large"]  # the rule every policy shares: one old output too large
     compactions = compactor.state.compactions
     print(f"[ladder] {below} of {compactions} compactions stopped below the summary rung "
-          f"({mask_only} right after masking) and called no summarizer; {summarizer.calls} summarizer "
+          f"({mask_only} right after masking, {cut_only} by cutting one output too large) and called no "
+          f"summarizer; {summarizer.calls} summarizer "
           f"calls in all, over {len(run.per_turn)} model calls")
 
     show.banner("2. A summarizer that fails: fallback, then the breaker")
