@@ -1701,10 +1701,13 @@ class Compactor:
         whole, the largest head and tail that fit are sent with a marker of what was cut, and the user
         is told in one line. Without an archive no word of it may go: it stays whole, and the steps
         say when even the last resort cannot fit it."""
-        requests, room = user_requests(messages), max(100, self.budget.effective(messages) // 2)
-        if self.archive is None or not requests or text_tokens(content_text(requests[-1])) <= room:
+        latest = next((m for m in reversed(messages) if m.get("role") == "user" and not is_generated(m)), None)
+        text = content_text(latest) if latest is not None else ""
+        if self.archive is None or text_tokens(text) <= 100:  # the room is summed only for a long one
             return messages
-        latest, text = requests[-1], content_text(requests[-1])
+        room = max(100, self.budget.effective(messages) // 2)
+        if text_tokens(text) <= room:
+            return messages
         k = len(self.archive.records())
         self.archive.append([latest], 0)
         cut, half = cut_request(text, room, k)
@@ -1743,7 +1746,8 @@ class Compactor:
             counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
             run.ratio, size = max(1.0, counted / max(1, size)), max(size, counted)
         run.inputs, limit = {id(m) for m in messages}, int(TOO_LARGE_SHARE * self.budget.effective([]))
-        out = cut_too_large(messages, limit, self.precise_tools)  # every policy, whatever its zones
+        large = any(m.get("role") == "tool" and message_tokens(m) > limit for m in messages)  # a cheap look first
+        out = cut_too_large(messages, limit, self.precise_tools) if large else messages  # every policy, any zone
         if out is not messages:  # what it cut shows in the [compact] line, as a step's work does
             self.state.report.append(("too large", self.measure(messages, run)[0], self.measure(out, run)[0], 0.0))
         due = size > self.trigger * effective or 0 < self.threshold < len(messages)
