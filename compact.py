@@ -181,14 +181,27 @@ def call_name(call: dict) -> str:
     return (call.get("function") or {}).get("name") or "?"
 
 
+def call_arguments(call: dict) -> str:
+    """A call's arguments as the model wrote them, "" when it sent none."""
+    return (call.get("function") or {}).get("arguments") or ""
+
+
+NOT_JSON = object()  # what parsed_arguments returns for arguments that do not parse ("null" does)
+
+
+def parsed_arguments(call: dict, **options):
+    """A call's arguments decoded (`options` go to json.loads), or NOT_JSON: models write broken JSON."""
+    try:
+        return json.loads(call_arguments(call), **options)
+    except (json.JSONDecodeError, TypeError):
+        return NOT_JSON
+
+
 def describe_call(call: dict, width: int = 80) -> str:
     """`read_file(src/app.py)`: a call in one short line, for placeholders and transcripts."""
-    raw = (call.get("function") or {}).get("arguments") or ""
-    try:
-        args = json.loads(raw)
-        shown = ", ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args)
-    except (json.JSONDecodeError, TypeError):
-        shown = raw
+    args = parsed_arguments(call)
+    shown = call_arguments(call) if args is NOT_JSON else (
+        ", ".join(str(v) for v in args.values()) if isinstance(args, dict) else str(args))
     shown = " ".join(shown.split())
     return f"{call_name(call)}({shown[:width - 1] + '…' if len(shown) > width else shown})"
 
@@ -295,8 +308,7 @@ def message_tokens(message: dict) -> int:
     n = 4 + (sum(part_tokens(p) for p in content) if isinstance(content, list) else text_tokens(content_text(message)))
     n += text_tokens(reasoning_text(message)) + (1 + text_tokens(message["name"]) if message.get("name") else 0)
     for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        n += 3 + text_tokens(fn.get("name") or "") + text_tokens(fn.get("arguments") or "")
+        n += 3 + text_tokens((call.get("function") or {}).get("name") or "") + text_tokens(call_arguments(call))
     memoize(_MESSAGE_CACHE, id(message), (message, content, get("tool_calls"), get("reasoning_content"),
                                           get("reasoning"), get("name"), n))
     return n
@@ -501,10 +513,7 @@ def call_values(messages: list[dict], budget: int = int(CALL_SHARE * SUMMARY_TOK
     def values():
         for m in reversed(messages):
             for call in reversed(m.get("tool_calls") or []):
-                try:
-                    args = json.loads((call.get("function") or {}).get("arguments") or "{}")
-                except json.JSONDecodeError:
-                    continue
+                args = parsed_arguments(call)
                 for value in reversed(list(args.values()) if isinstance(args, dict) else []):
                     text = " ".join(str(value).split())
                     if 3 <= len(text) <= CALL_VALUE_CHARS and not isinstance(value, (dict, list)):
@@ -748,14 +757,10 @@ def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: b
 def call_paths(call: dict) -> list[str]:
     """The files a call names: a file tool's `path` argument as given (a Makefile too), never the
     paths inside the text a write puts in the file; for other calls the paths in their arguments."""
-    raw = (call.get("function") or {}).get("arguments") or ""
-    try:
-        args = json.loads(raw)
-    except (json.JSONDecodeError, TypeError):
-        args = None
+    args = parsed_arguments(call)
     if isinstance(args, dict) and isinstance(args.get("path"), str):
         return [args["path"]]
-    return [] if call_name(call) in WRITE_TOOLS else PATH.findall(raw)
+    return [] if call_name(call) in WRITE_TOOLS else PATH.findall(call_arguments(call))
 
 
 def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
@@ -836,11 +841,9 @@ def focus_lines(messages: list[dict], focus: str) -> list[str]:
 def typed_text(call: dict) -> str:
     """A call's argument values (numbers as written, never the keys) as the agent typed them, one a
     line: decoded, since in the JSON text an escaped newline glues its "n" to the next name."""
-    raw = (call.get("function") or {}).get("arguments") or ""
-    try:
-        args = json.loads(raw, parse_int=str, parse_float=str)
-    except (json.JSONDecodeError, TypeError):
-        return raw
+    args = parsed_arguments(call, parse_int=str, parse_float=str)
+    if args is NOT_JSON:
+        return call_arguments(call)
     values: list[str] = []
     map_strings(args, values.append)
     return "\n".join(values)
@@ -1525,12 +1528,11 @@ def shorten_tool_arguments(messages, max_chars=400, keep_last=3):
     for i in calls_at[:-keep_last] if keep_last else calls_at:
         calls, changed = [], False
         for call in messages[i]["tool_calls"]:
-            raw = (call.get("function") or {}).get("arguments") or ""
+            raw = call_arguments(call)
             if len(raw) > max_chars:
-                try:
-                    raw = json.dumps(shorten_value(json.loads(raw), max_chars // 2), ensure_ascii=False)
-                except json.JSONDecodeError:
-                    raw = json.dumps({"shortened": raw[: max_chars // 2]})
+                args = parsed_arguments(call)
+                raw = (json.dumps({"shortened": raw[: max_chars // 2]}) if args is NOT_JSON
+                       else json.dumps(shorten_value(args, max_chars // 2), ensure_ascii=False))
                 call, changed = {**call, "function": {**call["function"], "arguments": raw}}, True
             calls.append(call)
         if changed:
@@ -2111,7 +2113,7 @@ def clear_tool_results(messages, tools=INTERMEDIATE_TOOLS):
                 out[i] = _with_content(messages[i], CLEARED)
     for i, m in enumerate(messages):
         calls = m.get("tool_calls") or []
-        if any(id(c) in cleared and (c.get("function") or {}).get("arguments") != "{}" for c in calls):
+        if any(id(c) in cleared and call_arguments(c) != "{}" for c in calls):
             out[i] = {**m, "tool_calls": [{**c, "function": {**(c.get("function") or {}), "arguments": "{}"}}
                                           if id(c) in cleared else c for c in calls]}
     return out
