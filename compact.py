@@ -492,7 +492,7 @@ def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[
 # them: besides IDENTIFIER's, a dotted name whole (new_lines.append, where IDENTIFIER stops at
 # new_lines) and a name with an underscore in any case (INSTALLED_APPS, __main__); a path or an
 # e-mail address stays one name (reproduce_app/models.py).
-CODE_NAME = re.compile(r"(?<![\w./-])(?![\w.+-]*[/@])(?:_*[A-Za-z]\w*(?:\.\w+)+|(?=\w*_)_*[A-Za-z]\w*)|"
+CODE_NAME = re.compile(r"(?<![\w./+-])(?![\w.+-]*[/@])(?:_*[A-Za-z]\w*(?:\.\w+)+|(?=\w*_)_*[A-Za-z]\w*)|"
                        + IDENTIFIER.pattern)
 
 
@@ -608,9 +608,9 @@ def shorten_for_window(messages: list[dict], precise_tools: tuple = (), max_char
             continue
         if len(content_text(m)) > max_chars:
             m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
-        if any(len(c["function"]["arguments"] or "") > max_chars for c in m.get("tool_calls") or []):
-            m = {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.dumps(
-                {"cut to fit the window": c["function"]["arguments"][:max_chars]})}} for c in m["tool_calls"]]}
+        if any(len(call_arguments(c)) > max_chars for c in m.get("tool_calls") or []):
+            m = {**m, "tool_calls": [{**c, "function": {**(c.get("function") or {}), "arguments": json.dumps(
+                {"cut to fit the window": call_arguments(c)[:max_chars]})}} for c in m["tool_calls"]]}
         out[i] = m
     return messages if all(a is b for a, b in zip(out, messages)) else out
 
@@ -1688,7 +1688,7 @@ class Compactor:
         if not self.layers:
             return messages  # a policy with no steps sends the history as it grows, for comparison
         if level >= HARDEST:
-            messages = self.archived(messages, shorten_for_window(messages, self.precise_tools))
+            messages = self.archiving(messages, shorten_for_window(messages, self.precise_tools))
         used = request_tokens(messages, usage, self.fixed_tokens) if usage and level < 2 else None
         try:
             out = self.run_policy(messages, focus, level >= 1, used, ("reasoning", "last resort") if level >= 2 else only)
@@ -1696,10 +1696,13 @@ class Compactor:
             if level >= HARDEST:
                 raise
             return self.compact(messages, focus, HARDEST, usage)
-        return self.archived(out, shorten_for_window(out, self.precise_tools)) if level >= HARDEST else out
+        if level < HARDEST:
+            return out
+        return self.archiving(out, shorten_for_window(out, self.precise_tools), self.state.compactions)  # the
+        # compaction just made
 
     def fit_request(self, messages: list[dict]) -> list[dict]:
-        """One rule for a user message larger than half the window, under every policy: archived
+        """One rule for a user message over half the room for messages, under every policy: archived
         whole, the largest head and tail that fit are sent with a marker of what was cut, and the user
         is told in one line. Without an archive no word of it may go: it stays whole, and the steps
         say when even the last resort cannot fit it."""
@@ -1718,9 +1721,10 @@ class Compactor:
               f"the whole message is archived as #{k} in {self.archive.path}")
         return [{**m, "content": cut} if m is latest else m for m in messages]
 
-    def archived(self, messages: list[dict], out: list[dict]) -> list[dict]:
-        """`out`, once what it no longer holds of `messages` is in the archive, whole."""
-        self.archive_messages(leaving(messages, out), Pass())
+    def archiving(self, messages: list[dict], out: list[dict], number: int | None = None) -> list[dict]:
+        """`out`, once what it no longer holds of `messages` is in the archive, whole, under the
+        compaction `number` (by default the next)."""
+        self.archive_messages(leaving(messages, out), Pass(), number)
         return out
 
     def refused(self, error: Exception) -> int | None:
@@ -1738,40 +1742,54 @@ class Compactor:
 
     def run_policy(self, messages: list[dict], focus: str | None, force: bool, used: int | None,
                    only: tuple[str, ...] | None) -> list[dict]:
-        """The policy's steps, when due or forced: `used` is the whole request's size when the server
-        counted it; `only` names the steps to run, whatever the target says."""
+        """The policy's steps, when due or forced, on what the cut of old outputs too large left (a cut
+        alone counts as a compaction). `used` is the whole request's size when the server counted it;
+        `only` names the steps to run, whatever the target says."""
         run = Pass(focus, force)
         self.note_files(messages)
         self.state.report = []
-        size, effective = self.measure(messages, run)
-        if used is not None:  # the server's count, less what is not history, calibrates our estimates
-            counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
-            run.ratio, size = max(1.0, counted / max(1, size)), max(size, counted)
-        run.inputs, limit = {id(m) for m in messages}, int(TOO_LARGE_SHARE * self.budget.effective([]))
-        large = any(m.get("role") == "tool" and message_tokens(m) > limit for m in messages)  # a cheap look first
-        out = cut_too_large(messages, limit, self.precise_tools) if large else messages  # every policy, any zone
-        if out is not messages:  # what it cut shows in the [compact] line, as a step's work does
-            self.state.report.append(("too large", self.measure(messages, run)[0], self.measure(out, run)[0], 0.0))
-        due = size > self.trigger * effective or 0 < self.threshold < len(messages)
+        run.inputs, cut = {id(m) for m in messages}, self.cut_large_outputs(messages, run)
+        size, effective = self.sized(messages, cut, used, run)
+        due = size > self.trigger * effective or 0 < self.threshold < len(cut)
         if not force and (not due or (size <= self.state.floor and size <= effective)):  # or no progress yet
-            cut, out = out, self.run_steps(out, self.every_call, run) if self.every_call else out
-            return self._finish(messages, out, run) if cut is not messages else out  # one output too large
-            # is its own trigger (five-layer): its cut counts as a compaction
+            out = self.run_steps(cut, self.every_call, run) if self.every_call else cut
+            return self._finish(messages, out, run) if cut is not messages else out
         precise = sum(message_tokens(m) for m in precise_messages(messages, self.precise_tools))
         if precise > effective:  # no step may touch them: fail before running every step
             raise self.overflow(messages, precise, precise)
         if only is not None:  # the caller named the steps: they run whatever the target says
-            return self._finish(messages, self.run_steps(out, only, run), run)
+            return self._finish(messages, self.run_steps(cut, only, run), run)
+        out = cut
         for name, step, lossy in self.steps():
             too_many = 0 < self.threshold < len(out)  # the sawtooth's rule: more messages than its threshold
             if not self.over(out, self.target, run) and not (name == "summary" and (force or too_many)):
                 if force or too_many:
                     continue  # skip to the summary, where the focus goes and the messages are counted
                 break
-            if lossy and not force and not self._lossy_allowed(messages, out, run):
+            if lossy and not force and not self._lossy_allowed(cut, out, run):
                 break
             out = self._apply(name, step, out, run)
         return self._finish(messages, out, run)
+
+    def cut_large_outputs(self, messages: list[dict], run: Pass) -> list[dict]:
+        """Every policy, whatever its zones, cuts an old tool output over TOO_LARGE_SHARE of the room
+        for messages (five-layer: one message too large is its own trigger); the report shows it."""
+        limit = int(TOO_LARGE_SHARE * self.budget.effective([]))
+        if not any(m.get("role") == "tool" and message_tokens(m) > limit for m in messages):  # a cheap look first
+            return messages
+        out = cut_too_large(messages, limit, self.precise_tools)
+        if out is not messages:
+            self.state.report.append(("too large", self.measure(messages, run)[0], self.measure(out, run)[0], 0.0))
+        return out
+
+    def sized(self, messages: list[dict], cut: list[dict], used: int | None, run: Pass) -> tuple[int, int]:
+        """(history tokens, effective window) of `cut`, what the cut left of `messages`; `used`, the
+        server's count of `messages`, scales our estimates up to its tokenizer's."""
+        whole, (size, effective) = self.measure(messages, run)[0], self.measure(cut, run)
+        if used is not None:  # the server's count, less what is not history
+            counted = used - self.fixed_tokens - sum(message_tokens(m) for m in messages[:system_head(messages)])
+            run.ratio, size = max(1.0, counted / max(1, whole)), max(size, counted - (whole - size))
+        return size, effective
 
     def measure(self, messages: list[dict], run: Pass) -> tuple[int, int]:
         """(history tokens, effective window) of a list, summed once a compaction (no list it holds
@@ -1968,12 +1986,13 @@ class Compactor:
             out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *cut]
         return out
 
-    def archive_messages(self, gone: list[dict], run: Pass) -> None:
-        """Append to the archive every message not yet archived in this compaction."""
+    def archive_messages(self, gone: list[dict], run: Pass, number: int | None = None) -> None:
+        """Append to the archive every message not yet archived in this compaction (`number`, by
+        default the next)."""
         fresh = [m for m in gone if id(m) not in run.archived and (run.inputs is None or id(m) in run.inputs)]
         run.archived.update(id(m) for m in fresh)
         if self.archive is not None and fresh:
-            self.archive.append(fresh, self.state.compactions + 1)
+            self.archive.append(fresh, self.state.compactions + 1 if number is None else number)
 
     def _finish(self, original: list[dict], out: list[dict], run: Pass) -> list[dict]:
         """Archive what changed, repair, check the result fits, and update the state."""

@@ -239,8 +239,9 @@ def waiting(stream=None, label: str = "thinking"):
 
 @dataclass
 class Compaction:
-    """The strategy, as the one object the loop calls: `fit` before every request, `refused` after
-    an error. Layer 1 makes the tutorial's sawtooth; Layer 2 makes every strategy (make_compaction)."""
+    """The strategy, as the one object the loop calls: `compact` before every request, `refused` after
+    an error. Layer 1 makes the tutorial's sawtooth; Layer 2 makes every strategy (make_compaction),
+    whose `compact` is the engine's own method."""
 
     name: str
     compact: Callable  # (messages, focus=None, level=0, usage=None) -> the messages to send

@@ -145,7 +145,7 @@ def main():
           + " · ".join("summary" if is_summary(m) else m["role"] for m in out))
 
     show.banner("5. The light tier (seed 001): kept only if it alone reaches the target")
-    messages = generate_conversation(60, seed=3).messages
+    messages = generate_conversation(90, seed=3).messages
     light_kept = 0
     for target in LIGHT_TARGETS:
         model = stand_in_model()

@@ -112,6 +112,21 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
     assert messages == frozen
 
 
+def test_a_history_over_the_trigger_only_by_one_old_output_is_cut_and_nothing_more():
+    """The cut comes first and the trigger is judged on what it left: no mask nor summary runs that
+    the cut alone made unneeded, and the cut alone counts as a compaction."""
+    huge = "\n".join(f"row {i}: " + "value " * 12 for i in range(650))
+    messages = [system(), user("Find the slow query."), *tool_turn("c1", "read_file", huge, path="dump.sql"),
+                assistant("Read it."), *[m for k in range(32) for m in tool_turn(f"r{k}", "bash", "ok " * 300,
+                                                                                   command=f"ls {k}")], user("Go on.")]
+    c = Compactor(policy="layered", context_window=20_000, reserved_output=0, summarize=compact.summarize_extractive)
+    assert c.budget.over(messages, c.trigger) and c.budget.over(c.compact(messages), c.target)  # the cut alone
+    c = Compactor(policy="layered", context_window=20_000, reserved_output=0, summarize=compact.summarize_extractive)
+    out = c.compact(messages)  # leaves it between the target and the trigger
+    assert [name for name, *_ in c.report] == ["too large"] and len(out) == len(messages)
+    assert not c.budget.over(out, c.trigger) and c.state.compactions == 1
+
+
 def test_clearing_an_intermediate_tool_clears_its_whole_record():
     """001 five-layer, 第三层 Micro Compact: [tool_use: cache_write, params: {...}, result: "ok"] becomes
     [tool cleared]: the call's parameters go with its result; its id and name keep the pair valid."""

@@ -17,7 +17,7 @@ import compact
 from conftest import sawtooth, tallied, compacting_policies
 from conversations import generate_conversation
 
-HISTORY = generate_conversation(20, seed=7).messages  # about 22k tokens: over the trigger of WINDOW
+HISTORY = generate_conversation(30, seed=7).messages  # about 25k tokens: over the trigger of WINDOW after the cut of outputs too large
 WINDOW = {"context_window": 16_000, "reserved_output": 1_000}
 GOOD_SUMMARY = "## Goal\n- fix the failing cart total test\n\n## Progress\n- reproduced the failure"
 
