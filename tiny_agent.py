@@ -886,7 +886,7 @@ def server_model(config: Config, log=print) -> Callable:
             reply = model(messages, tools)
         if tools and not warned and tools_dropped(messages, reply):
             warned.append(True)
-            log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=estimate_tokens(messages) + SCHEMA_TOKENS))
+            log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=request_tokens(messages, None, SCHEMA_TOKENS)))
         return reply
     return call
 
@@ -901,7 +901,7 @@ def tools_dropped(messages: list[dict], reply: dict) -> bool:
     """The server saw far fewer tokens than the messages and the schemas hold, and no tool call has
     come back yet: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
     counted = reply.get("usage") or 0
-    return (counted > 0 and counted + SCHEMA_TOKENS // 2 < estimate_tokens(messages) + SCHEMA_TOKENS
+    return (counted > 0 and counted + SCHEMA_TOKENS // 2 < request_tokens(messages, None, SCHEMA_TOKENS)
             and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
@@ -951,7 +951,7 @@ def describe_compaction(compactor: Compactor, before: list[dict], after: list[di
     """The rest of the [compact] line: the request's size before and after; the ladder's steps."""
     counted = "counted by the server, plus new messages" if usage else "estimated"
     line = (f", request ~{request_tokens(before, usage, SCHEMA_TOKENS):,} tokens ({counted}) → "
-            f"~{estimate_tokens(after) + SCHEMA_TOKENS:,} estimated")
+            f"~{request_tokens(after, None, SCHEMA_TOKENS):,} estimated")
     for name, was, now, _ in compactor.report:
         line += f"\n          {name:<11} " + (f"{was - now:>+8,} tokens removed" if was > now else "nothing to do")
     return line
