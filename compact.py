@@ -2090,7 +2090,12 @@ def placeholder(call: dict, text: str) -> str:
     head = f"{PRUNED} {describe_call(call)}: {kind.get(call_name(call), f'{len(text):,} chars')}"
     if call_name(call) == "bash" and re.search(r"\b(grep|rg|find)\b", describe_call(call, 200)):
         head += f", {lines - 1:,} matches"  # the first line is bash's "exit code N"
-    paths = ", ".join(list(dict.fromkeys(PATH.findall(text)))[:5])
+    found: dict[str, None] = {}  # the first five distinct paths: a long output need not be read to its end
+    for match in PATH.finditer(text):
+        found[match[0]] = None
+        if len(found) == 5:
+            break
+    paths = ", ".join(found)
     head += "; re-run the call to see it again" + (f" (names {paths})" if paths else "")
     return "\n".join([head, *error_lines(text)])  # the errors stay visible, one a line
 
