@@ -167,13 +167,15 @@ def pair_tool_results(messages: list[dict]) -> dict[int, dict]:
     pairs: dict[int, dict] = {}
     open_calls: list[dict] = []
     for i, m in enumerate(messages):
-        if m.get("role") == "tool":
-            call = next((c for c in open_calls if c.get("id") == m.get("tool_call_id")), None)
-            if call is not None:
-                open_calls.remove(call)
-                pairs[i] = call
+        role = m.get("role")
+        if role == "tool":
+            wanted = m.get("tool_call_id")
+            for k, call in enumerate(open_calls):
+                if call.get("id") == wanted:
+                    pairs[i] = open_calls.pop(k)
+                    break
         else:
-            open_calls = list(m.get("tool_calls") or []) if m.get("role") == "assistant" else []
+            open_calls = list(m.get("tool_calls") or ()) if role == "assistant" else []
     return pairs
 
 
@@ -244,7 +246,8 @@ def heuristic_tokens(text: str) -> int:
 _EXACT: list = []  # [the exact o200k encoder, or None], once `pip install .[tokens]` is known
 
 
-_TOKEN_CACHE: dict[int, tuple[str, int]] = {}
+_TOKEN_CACHE: dict[int | str, tuple[str, int]] = {}
+SHORT_TEXT = 200  # characters: a string this short is memoized by its value, a longer one by its identity
 
 
 TOKEN_CACHE_SIZE = 200_000  # entries a memo keeps; past it the older half is forgotten at once
@@ -262,9 +265,11 @@ def memoize(cache: dict, key, value) -> None:
 
 def text_tokens(text: str) -> int:
     """Tokens in one string, exact with the `tokens` extra, memoized by identity so a long history
-    is not re-tokenized on every turn (lesson 03)."""
-    hit = _TOKEN_CACHE.get(id(text))
-    if hit is not None and hit[0] is text:  # the cache holds the string, so its id cannot be reused
+    is not re-tokenized on every turn (lesson 03). A short string, often made anew (a path a pattern
+    found), is memoized by its value: hashing it costs less than counting it."""
+    key = text if len(text) <= SHORT_TEXT else id(text)
+    hit = _TOKEN_CACHE.get(key)
+    if hit is not None and (key is text or hit[0] is text):  # the cache holds the string: its id stays its own
         return hit[1]
     if not _EXACT:
         try:
@@ -276,7 +281,7 @@ def text_tokens(text: str) -> int:
     # the encoder refuses very long inputs; "<|endoftext|>" inside a tool output is plain text
     n = (sum(len(encoding.encode(text[i:i + 100_000], disallowed_special=()))
              for i in range(0, len(text), 100_000)) if encoding else heuristic_tokens(text))
-    memoize(_TOKEN_CACHE, id(text), (text, n))
+    memoize(_TOKEN_CACHE, key, (text, n))
     return n
 IMAGE_TOKENS = 85  # an image part, as OpenAI bills one at low detail; peers count the same. A
 # high-detail image costs more (170 a tile), and the server's usage corrects the estimate after one reply
@@ -2182,8 +2187,9 @@ def find_problems(messages, provider: str = "openai") -> list[str]:
             problems.append(f"message {i}: a tool result with no matching call just before it")
         elif role == "assistant" and not content_text(m) and not m.get("tool_calls"):
             problems.append(f"message {i}: an assistant message with neither text nor tool calls")
-        problems += [f"message {i}: tool call {c.get('id')} has no result"
-                     for c in m.get("tool_calls") or [] if id(c) not in answered]
+        if m.get("tool_calls"):
+            problems += [f"message {i}: tool call {c.get('id')} has no result"
+                         for c in m["tool_calls"] if id(c) not in answered]
     if provider == "anthropic":
         first = next((m for m in messages if m.get("role") != "system"), None)
         if first is not None and first.get("role") != "user":

@@ -1262,8 +1262,9 @@ def long_history(messages: list[dict], n: int) -> list[dict]:
 def linearity(messages: list[dict], sizes=(10_000, 20_000, 50_000), share: float = 10.0) -> dict:
     """Issue 13.9: seconds of one layered compaction of an n-message history at `share` times its
     effective window (so every rung down to the summary runs), and the growth exponent: the slope
-    of log(seconds) on log(messages), about 1 when linear. Timed like timeit, with the garbage
-    collector paused; a printed number, never a threshold."""
+    of log(seconds) on log(messages), about 1 when linear. Each length is timed once, after one
+    warm-up run, with the garbage collector paused (a best of two took twice the time and made the
+    exponent no steadier); a printed number, never a threshold."""
     seconds, rungs = [], {}
     gc_was_on = gc.isenabled()
     try:
@@ -1280,7 +1281,7 @@ def linearity(messages: list[dict], sizes=(10_000, 20_000, 50_000), share: float
                 once()  # warms the token counts: the longer histories repeat the same strings
             gc.collect()
             gc.disable()
-            seconds.append(best_time(once, number=1, repeat=2))
+            seconds.append(best_time(once, number=1, repeat=1))
             gc.enable()
     finally:
         if gc_was_on:
