@@ -2105,6 +2105,9 @@ def placeholder(call: dict, text: str) -> str:
     return "\n".join([head, *error_lines(text)])  # the errors stay visible, one a line
 
 
+SHORTEST_PLACEHOLDER = len(placeholder({}, ""))  # an output no longer than this is never masked: no need to try
+
+
 def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
     """Replace old tool results with a placeholder that says how to get them back and keeps their
     error lines. The last `keep_last` results and the unseen newest batch stay whole (lesson 05)."""
@@ -2114,7 +2117,8 @@ def mask_old_tool_results(messages, keep_last=3, precise_tools=()):
     out = list(messages)
     for i in results:
         call, text = pairs[i], content_text(messages[i])
-        if i in protected or call_name(call) in precise_tools or text.startswith(PRUNED):
+        if (i in protected or call_name(call) in precise_tools or text.startswith(PRUNED)
+                or len(text) <= SHORTEST_PLACEHOLDER):
             continue
         note = placeholder(call, text)
         if len(note) < len(text):

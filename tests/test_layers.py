@@ -253,6 +253,19 @@ def test_placeholder_text_is_tool_specific():
     assert "matches" not in read + shell + other  # only a search reports matches
 
 
+def test_no_placeholder_is_shorter_than_the_shortest_one():
+    """mask_old_tool_results does not try to mask an output of SHORTEST_PLACEHOLDER characters or
+    fewer (most outputs of a history, tried again at every compaction): sound only while no call and
+    no output make a shorter placeholder. Every branch of placeholder: each kind of tool, a search,
+    no name, arguments missing, empty or broken, an output empty or not."""
+    names = [None, "", "x", "read_file", "bash", "grep", "write_file", "query_db"]
+    arguments = [None, "", "{}", '{"path": ""}', '{"command": "grep x"}', "{not json"]
+    outputs = ["", "x", "\n\n", "exit code 0\n", "a.py", "E   KeyError: 'k'"]
+    lengths = {(name, args, out): len(placeholder({"function": {"name": name, "arguments": args}}, out))
+               for name in names for args in arguments for out in outputs}
+    assert min(lengths.values()) == compact.SHORTEST_PLACEHOLDER, min(lengths, key=lengths.get)
+
+
 def test_the_last_three_results_stay_whole():
     messages = [user("read the modules"), *reads(5), assistant("done")]
     out = mask_old_tool_results(messages, keep_last=3)
