@@ -269,7 +269,8 @@ def text_tokens(text: str) -> int:
     found), is memoized by its value: hashing it costs less than counting it."""
     key = text if len(text) <= SHORT_TEXT else id(text)
     hit = _TOKEN_CACHE.get(key)
-    if hit is not None and (key is text or hit[0] is text):  # the cache holds the string: its id stays its own
+    # by value a hit is an equal string's count; by identity it must be this string's (held, so its id is not reused)
+    if hit is not None and (key is text or hit[0] is text):
         return hit[1]
     if not _EXACT:
         try:
