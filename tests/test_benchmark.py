@@ -58,10 +58,13 @@ def run_lesson(*args: str, lesson: str = "15_benchmark.py") -> subprocess.Comple
 
 @pytest.mark.slow  # runs the whole default benchmark: CI's slow part
 def test_the_benchmark_takes_at_most_45_times_lesson_01():
-    """Issue 26.3: lesson 15 as a reader runs it, in CPU time against lesson 01's in the same run."""
-    benchmark_run, first = run_lesson(), run_lesson(lesson="01_the_wall.py")
+    """Issue 26.3: lesson 15 as a reader runs it, in CPU time against lesson 01's in the same run.
+    Lesson 01 is mostly Python's start-up and the tokenizer's load, whose time varies from run to
+    run (0.54-1.04 s measured on two cores): the reference is the median of three runs."""
+    benchmark_run = run_lesson()
     assert benchmark_run.returncode == 0, benchmark_run.stderr[-2000:]
-    spent, reference = cpu_seconds(benchmark_run.stderr), cpu_seconds(first.stderr)
+    spent = cpu_seconds(benchmark_run.stderr)
+    reference = sorted(cpu_seconds(run_lesson(lesson="01_the_wall.py").stderr) for _ in range(3))[1]
     assert spent <= BENCHMARK_RATIO * reference, f"lesson 15: {spent:.1f} s of CPU, lesson 01 {reference:.1f} s"
 
 

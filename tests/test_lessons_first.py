@@ -119,7 +119,7 @@ def test_lesson_runs_offline_and_prints_its_markers(runs, lesson):
 
 
 # Issue 26.3: a lesson runs in seconds. Lesson 01 does little more than start Python and load the
-# tokenizer (0.6-0.9 s of CPU on two cores): every lesson may take at most LESSON_RATIO times its CPU
+# tokenizer (0.5-1.0 s of CPU on two cores, varying between runs): every lesson may take at most LESSON_RATIO times its CPU
 # time measured in the same run (about 5 s), the benchmark, lesson 15, BENCHMARK_RATIO times (about 30 s).
 LESSON_RATIO = 8
 BENCHMARK_RATIO = 45
