@@ -284,6 +284,8 @@ def text_tokens(text: str) -> int:
              for i in range(0, len(text), 100_000)) if encoding else heuristic_tokens(text))
     memoize(_TOKEN_CACHE, key, (text, n))
     return n
+
+
 IMAGE_TOKENS = 85  # an image part, as OpenAI bills one at low detail; peers count the same. A
 # high-detail image costs more (170 a tile), and the server's usage corrects the estimate after one reply
 
