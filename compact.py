@@ -161,21 +161,31 @@ def system_head(messages: list[dict]) -> int:
     return 1 if messages and messages[0].get("role") == "system" else 0
 
 
+def groups(messages: list[dict], head: int = 0) -> list[tuple[int, int]]:
+    """messages[head:] as groups, the oldest first: an assistant message with the results that
+    follow it, or one message alone. Every step asks this (the cut, the tail, results paired with
+    their calls, the newest batch, open calls), and it asks Part I's find_cut, one group at a time
+    from the end: one walker of tool-call groups (lessons 02, 08)."""
+    found, end = [], len(messages)
+    while end > head:
+        start = find_cut(messages, len(messages) - end + 1, head)
+        found.append((start, end))
+        end = start
+    return found[::-1]
+
+
 def pair_tool_results(messages: list[dict]) -> dict[int, dict]:
     """Map each tool result's index to the call it answers, looking only at the assistant message
-    directly before its run of results. Real models reuse ids across a conversation (lessons 05, 08)."""
+    that opens its group. Real models reuse ids across a conversation (lessons 05, 08)."""
     pairs: dict[int, dict] = {}
-    open_calls: list[dict] = []
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "tool":
-            wanted = m.get("tool_call_id")
+    for start, end in groups(messages):
+        open_calls = list(messages[start].get("tool_calls") or ()) if messages[start].get("role") == "assistant" else []
+        for i in range(start + 1, end):
+            wanted = messages[i].get("tool_call_id")
             for k, call in enumerate(open_calls):
                 if call.get("id") == wanted:
                     pairs[i] = open_calls.pop(k)
                     break
-        else:
-            open_calls = list(m.get("tool_calls") or ()) if role == "assistant" else []
     return pairs
 
 
@@ -337,15 +347,12 @@ def estimate_tokens(text_or_messages: str | list[dict]) -> int:
 def find_cut_within(messages: list[dict], keep_recent: int, head: int, max_tokens: int | None) -> int:
     """find_cut for the last `keep_recent` messages, or for fewer when those alone would take more
     than half of `max_tokens`; a call and its results still go together (lesson 03)."""
-    cut = find_cut(messages, keep_recent, head)
-    while max_tokens and estimate_tokens(messages[cut:]) > max_tokens // 2:
-        after = cut + 1
-        while after < len(messages) and messages[after].get("role") == "tool":
-            after += 1  # step over the whole group: calls and their results go together
-        if after >= len(messages):
-            break  # what is left is the newest group, which is never split
-        cut = after
-    return cut
+    tail = groups(messages, find_cut(messages, keep_recent, head))
+    used = sum(message_tokens(m) for m in messages[tail[0][0]:]) if tail else 0
+    while max_tokens and len(tail) > 1 and used > max_tokens // 2:  # the newest group is never split
+        start, end = tail.pop(0)  # a whole group goes: calls and their results go together
+        used -= sum(message_tokens(m) for m in messages[start:end])
+    return tail[0][0] if tail else head
 
 
 def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None, fixed: int = 0) -> int:
@@ -1152,14 +1159,6 @@ def source_text(messages: list[dict]) -> str:
 LOST_RESULT = "[result lost during context compression]"
 
 
-def _open_calls(out: list[dict]) -> list[dict]:
-    """The calls of the last assistant message in `out`, if only tool results follow it."""
-    for m in reversed(out):
-        if m.get("role") != "tool":
-            return list(m.get("tool_calls") or []) if m.get("role") == "assistant" else []
-    return []
-
-
 def repair(messages: list[dict]) -> list[dict]:
     """The one validator: make a list valid, returning the input itself when it already is. A late
     system message becomes a user note, orphan results (as OpenHands drops them) and empty assistant
@@ -1167,20 +1166,19 @@ def repair(messages: list[dict]) -> list[dict]:
     pairs = pair_tool_results(messages)
     answered = {id(call) for call in pairs.values()}
     out: list[dict] = []
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "system" and i > 0:
-            out.append({"role": "user", "content": "[system note] " + content_text(m)})
-        elif role == "tool":
-            if i in pairs:
+    for start, end in groups(messages):
+        for i in range(start, end):
+            m, role = messages[i], messages[i].get("role")
+            if role == "system" and i > 0:
+                out.append({"role": "user", "content": "[system note] " + content_text(m)})
+            elif role == "tool":
+                if i in pairs:
+                    out.append(m)
+            elif role != "assistant" or content_text(m) or m.get("tool_calls"):
                 out.append(m)
-        elif role != "assistant" or content_text(m) or m.get("tool_calls"):
-            out.append(m)
-        if role == "tool" or m.get("tool_calls"):
-            nxt = messages[i + 1] if i + 1 < len(messages) else {}
-            if nxt.get("role") != "tool":  # the end of a group: answer what is still open
-                out += [{"role": "tool", "tool_call_id": c.get("id"), "content": LOST_RESULT}
-                        for c in _open_calls(out) if id(c) not in answered]
+        opened = messages[start].get("tool_calls") if messages[start].get("role") == "assistant" else None
+        out += [{"role": "tool", "tool_call_id": c.get("id"), "content": LOST_RESULT}  # the end of a group:
+                for c in opened or [] if id(c) not in answered]  # answer what is still open
     return messages if len(out) == len(messages) and all(a is b for a, b in zip(out, messages)) else out
 
 
@@ -1196,17 +1194,9 @@ def precise_messages(messages: list[dict], precise_tools: tuple = ()) -> list[di
     balance): no step may summarize, evict or cut them; they stay word for word (lesson 14)."""
     if not precise_tools:
         return []
-    keep: set[int] = set()
-    for i, call in pair_tool_results(messages).items():
-        if call_name(call) in precise_tools:
-            start = i
-            while start > 0 and messages[start].get("role") == "tool":
-                start -= 1
-            end = start + 1
-            while end < len(messages) and messages[end].get("role") == "tool":
-                end += 1
-            keep.update(range(start, end))
-    return [messages[i] for i in sorted(keep)]
+    precise = {i for i, call in pair_tool_results(messages).items() if call_name(call) in precise_tools}
+    return [messages[i] for start, end in groups(messages) if precise.intersection(range(start, end))
+            for i in range(start, end)]
 
 
 # --- The archive (lesson 09) -----------------------------------------------------------------
@@ -1485,12 +1475,8 @@ def _with_content(message: dict, text: str) -> dict:
 
 
 def newest_batch(messages: list[dict]) -> set[int]:
-    """Indices of the tool results after the last assistant message: the model has not seen them."""
-    i, batch = len(messages) - 1, set()
-    while i >= 0 and messages[i].get("role") == "tool":
-        batch.add(i)
-        i -= 1
-    return batch
+    """Indices of the tool results of the newest group: the model has not seen them yet."""
+    return {i for i in range(find_cut(messages, 1, 0), len(messages)) if messages[i].get("role") == "tool"}
 
 
 SNIP_HEAD, SNIP_TAIL = 40, 40  # lines a snipped output keeps
@@ -1864,12 +1850,11 @@ class Compactor:
         else:
             grow = self.tail_growth * task_complexity(messages) if self.tail_growth else 0.0
             budget, start, used = self.tail_share * (1 + grow) * effective, len(messages), 0
-            while start > head and used + message_tokens(messages[start - 1]) <= budget:
-                start -= 1
-                used += message_tokens(messages[start])
-            while start < len(messages) and messages[start].get("role") == "tool":
-                start += 1  # never start inside a tool-call group
-            start = min(start, find_cut(messages, 1, head))  # the newest group always stays
+            for first, end in reversed(groups(messages, head)):  # whole groups, the newest first
+                used += sum(message_tokens(m) for m in messages[first:end])
+                if used > budget and start < len(messages):  # the newest group always stays
+                    break
+                start = first
         if self.tail_from_user:  # no user message left in the tail: the latest request moves to its start
             start = next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"), start)
         return head, start
@@ -2207,19 +2192,6 @@ def find_problems(messages, provider: str = "openai") -> list[str]:
 # --- Eviction and the rolling window (lesson 12) ---------------------------------------------
 
 
-def message_groups(messages: list[dict], start: int, end: int) -> list[tuple[int, int]]:
-    """Split messages[start:end] into units that must stay together: a call with its results."""
-    groups, i = [], start
-    while i < end:
-        j = i + 1
-        if messages[i].get("tool_calls"):
-            while j < end and messages[j].get("role") == "tool":
-                j += 1
-        groups.append((i, j))
-        i = j
-    return groups
-
-
 @dataclass(frozen=True)
 class Weights:
     """How eviction scores a group (lesson 12): the default adds the weights; `multiply` multiplies them."""
@@ -2277,22 +2249,22 @@ def evict_by_importance(messages: list[dict], target_tokens: int, head: int, tai
                         weights: Weights = Weights(), precise_tools: tuple = ()) -> list[dict]:
     """Drop the least important whole groups between head and tail until the list fits, and leave a
     one-line note where something went. The order of what stays is unchanged (lesson 12)."""
-    groups = message_groups(messages, head, tail_start)
-    ranked = sorted(range(len(groups)), key=lambda g: importance(messages, groups[g], g / max(1, len(groups)), weights))
+    units = [g for g in groups(messages, head) if g[1] <= tail_start]
+    ranked = sorted(range(len(units)), key=lambda g: importance(messages, units[g], g / max(1, len(units)), weights))
     requests = user_requests(messages)
     held = {id(m) for m in precise_messages(messages, precise_tools)}
     total, evicted = estimate_tokens(messages), set()
     for g in ranked:
         if total <= target_tokens:
             break
-        first = messages[groups[g][0]]
+        first = messages[units[g][0]]
         if (requests and first is requests[-1]) or find_constraints([first]) or id(first) in held:
             continue  # the user's latest request and rules, and precise results, stay word for word
         evicted.add(g)
-        gone = messages[groups[g][0]:groups[g][1]]
+        gone = messages[units[g][0]:units[g][1]]
         total -= sum(message_tokens(m) for m in gone) - note_cost(gone)  # the note costs too
     out, gap = list(messages[:head]), []
-    for g, (i, j) in enumerate(groups):
+    for g, (i, j) in enumerate(units):
         if g in evicted:
             gap += messages[i:j]
             continue
