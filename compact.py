@@ -1159,10 +1159,14 @@ def source_text(messages: list[dict]) -> str:
 LOST_RESULT = "[result lost during context compression]"
 
 
-def repair(messages: list[dict]) -> list[dict]:
+def repair(messages: list[dict], problems: list[str] | None = None) -> list[dict]:
     """The one validator: make a list valid, returning the input itself when it already is. A late
     system message becomes a user note, orphan results (as OpenHands drops them) and empty assistant
-    turns go, and an unanswered call gets a placeholder result (lesson 08)."""
+    turns go, and an unanswered call gets a placeholder result; `problems`, when given, gets a line
+    for each of these, which a provider would have refused (lesson 08). A message with no valid
+    role is not guessed at: check_messages raises."""
+    check_messages(messages)
+    said = problems.append if problems is not None else (lambda line: None)
     pairs = pair_tool_results(messages)
     answered = {id(call) for call in pairs.values()}
     out: list[dict] = []
@@ -1170,15 +1174,19 @@ def repair(messages: list[dict]) -> list[dict]:
         for i in range(start, end):
             m, role = messages[i], messages[i].get("role")
             if role == "system" and i > 0:
+                said(f"message {i}: a system message after the start")
                 out.append({"role": "user", "content": "[system note] " + content_text(m)})
-            elif role == "tool":
-                if i in pairs:
-                    out.append(m)
-            elif role != "assistant" or content_text(m) or m.get("tool_calls"):
+            elif role == "tool" and i not in pairs:
+                said(f"message {i}: a tool result with no matching call just before it")
+            elif role == "assistant" and not content_text(m) and not m.get("tool_calls"):
+                said(f"message {i}: an assistant message with neither text nor tool calls")
+            else:
                 out.append(m)
         opened = messages[start].get("tool_calls") if messages[start].get("role") == "assistant" else None
-        out += [{"role": "tool", "tool_call_id": c.get("id"), "content": LOST_RESULT}  # the end of a group:
-                for c in opened or [] if id(c) not in answered]  # answer what is still open
+        for call in opened or []:  # the end of a group: answer what is still open
+            if id(call) not in answered:
+                said(f"message {start}: tool call {call.get('id')} has no result")
+                out.append({"role": "tool", "tool_call_id": call.get("id"), "content": LOST_RESULT})
     return messages if len(out) == len(messages) and all(a is b for a, b in zip(out, messages)) else out
 
 
@@ -2161,31 +2169,17 @@ def dedupe_tool_results(messages, precise_tools=()):
 
 
 def find_problems(messages, provider: str = "openai") -> list[str]:
-    """Every reason a provider would reject this list; empty when it is valid (lesson 08).
-    `provider="anthropic"` adds its rule that the first turn after the system prompt is the user's."""
-    if not isinstance(messages, list):
-        raise TypeError(f"messages must be a list of dicts, not {type(messages).__name__}")
-    problems = [f"message {i}: no valid role (one of {', '.join(ROLES)})"
-                for i, m in enumerate(messages) if not isinstance(m, dict) or m.get("role") not in ROLES]
-    if problems:
-        return problems
-    pairs = pair_tool_results(messages)
-    answered = {id(call) for call in pairs.values()}
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "system" and i > 0:
-            problems.append(f"message {i}: a system message after the start")
-        elif role == "tool" and i not in pairs:
-            problems.append(f"message {i}: a tool result with no matching call just before it")
-        elif role == "assistant" and not content_text(m) and not m.get("tool_calls"):
-            problems.append(f"message {i}: an assistant message with neither text nor tool calls")
-        if m.get("tool_calls"):
-            problems += [f"message {i}: tool call {c.get('id')} has no result"
-                         for c in m["tool_calls"] if id(c) not in answered]
-    if provider == "anthropic":
-        first = next((m for m in messages if m.get("role") != "system"), None)
-        if first is not None and first.get("role") != "user":
-            problems.append("the first message after the system prompt is not from the user")
+    """Every reason a provider would reject this list, as the one validator finds them; empty when
+    it is valid (lesson 08). `provider="anthropic"` adds its rule that the first turn after the
+    system prompt is the user's."""
+    problems: list[str] = []
+    try:
+        repair(messages, problems)
+    except ValueError as error:  # a message with no valid role
+        return [str(error)]
+    first = next((m for m in messages if m.get("role") != "system"), None)
+    if provider == "anthropic" and first is not None and first.get("role") != "user":
+        problems.append("the first message after the system prompt is not from the user")
     return problems
 
 
