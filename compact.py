@@ -454,26 +454,6 @@ ERROR_LINE = re.compile(r"^\s*(?:E\s{2,}|[\w.]*(?:Error|Exception)\b(?!\()|error
                         r"|:\d+(?::\d+)?: (?:fatal )?error:")  # path:line: error: (gcc, mypy, clang)
 
 
-def snip_text(text: str, max_lines: int = 80, max_chars: int = 8_000, head: int | None = None) -> str:
-    """Keep the first `head` lines (half by default) and the last ones of a long output, and every
-    error line of the cut part (lesson 06)."""
-    lines = text.split("\n")
-    head = max_lines // 2 if head is None else min(head, max_lines)
-    if len(lines) > max_lines:
-        tail = max_lines - head
-        middle = lines[head: len(lines) - tail]
-        errors = [line[:300] for line in middle if ERROR_LINE.search(line)]
-        errors = errors if len(errors) <= 20 else errors[:5] + errors[-15:]  # the first errors and the last
-        marker = f"[… {len(middle) - len(errors):,} lines cut …]"
-        text = "\n".join([*lines[:head], marker, *errors, *lines[len(lines) - tail:]])
-    if len(text) > max_chars:  # a few enormous lines: cut by characters, keeping the error lines
-        errors = "".join(line[:300] + "\n" for line in text.split("\n") if ERROR_LINE.search(line))
-        errors = errors[-min(2_000, max_chars // 2):]
-        half = max(0, (max_chars - len(errors)) // 2)
-        text = f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut …]\n{errors}{text[len(text) - half:]}"
-    return text
-
-
 PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
                   r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
 
@@ -573,7 +553,7 @@ def error_kind(line: str) -> str:
     return _VARIES.sub("…", line)
 
 
-# --- Messages too large for the window (lesson 03; five-layer's snip) -------------------------
+# --- The one cutter: a text or a message too large (lessons 03, 06; five-layer's snip) ---------
 # Without it: one 30,000-token output the model already read rides along in every request while the
 # history stays under the trigger (five-layer makes one message too large its own trigger), and a
 # pasted log larger than the window costs the user's turn.
@@ -582,51 +562,77 @@ def error_kind(line: str) -> str:
 TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
 
 
-def cut_too_large(messages: list[dict], limit: int, precise_tools: tuple = ()) -> list[dict]:
-    """Each tool output the model has already seen that alone passes `limit` tokens, cut to its head,
-    tail and error lines (a quarter of `limit`), however small the rest is; the newest, unseen batch
-    and precise tools stay whole. The input itself when nothing is that large; the caller archives."""
-    seen = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+def cut_text(text: str, tokens: int, why: str = "", lines: tuple[int, int] = (40, 40)) -> str:
+    """The one cutter: a text longer than `lines` keeps its first and last lines, one over `tokens`
+    the first and last characters that fit; the error lines of the part cut stay (the first 5 and
+    the last 15), and a marker says how much was cut and why. The text itself when it is within
+    both; the caller archives the whole (lessons 03, 06)."""
+    note, rows, (head, tail) = f": {why}" if why else "", text.split("\n"), lines
+    if len(rows) > head + tail:
+        middle = rows[head:len(rows) - tail]
+        errors = [row[:300] for row in middle if ERROR_LINE.search(row)]
+        errors = errors if len(errors) <= 20 else errors[:5] + errors[-15:]  # the first errors and the last
+        marker = f"[… {len(middle) - len(errors):,} lines cut{note} …]"
+        text = "\n".join([*rows[:head], marker, *errors, *rows[len(rows) - tail:]])
+    if text_tokens(text) <= tokens:
+        return text
+    # a few enormous lines: the head and tail characters that fit, and the error lines between them
+    errors = "".join(row[:300] + "\n" for row in text.split("\n") if ERROR_LINE.search(row))
+    errors = errors[-min(2_000, tokens * 3 // 2):]
+    half = min(len(text) // 2, max(50, (tokens * 3 - len(errors)) // 2))  # about three characters a token,
+    while half > 50 and text_tokens(text[:half] + errors + text[-half:]) + 20 > tokens:  # measured
+        half = int(half * 0.8)
+    return f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut{note} …]\n{errors}{text[len(text) - half:]}"
+
+
+def cut_over(messages: list[dict], over: int, why: str = "", keep: set[int] = frozenset(), to: int | None = None,
+             lines: tuple[int, int] = (40, 40)) -> list[dict]:
+    """Every message whose text passes `over` tokens, but those whose id is in `keep`, cut to `to`
+    tokens (`over` by default) by the one cutter; `why` may name the size it had as {n}. The input
+    itself when nothing is that large; the caller archives what changed."""
     out = list(messages)
-    for i, call in pair_tool_results(messages).items():
-        n = text_tokens(content_text(messages[i]))
-        if i < seen and n > limit and call_name(call) not in precise_tools:
-            tag = (f"[this output alone was ~{n:,} tokens, over {TOO_LARGE_SHARE:.0%} of the window's room for "
-                   "messages, so it was cut once read]")
-            cut = snip_text(content_text(messages[i]), max_chars=limit * 3 // 4)
-            out[i] = {**messages[i], "content": tag + "\n" + cut}
+    for i, m in enumerate(messages):
+        n = text_tokens(content_text(m)) if id(m) not in keep else 0
+        if n > over:
+            out[i] = {**m, "content": cut_text(content_text(m), to or over, why.format(n=n), lines)}
     return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
-CUT_MARK = ("[… {n:,} characters of this message were cut to fit the window; the whole message is archived "
-            "(recall #{k}) …]")
+NAMES_KEPT = 20  # a shortened argument lists up to this many names of what was cut
 
 
-def cut_request(text: str, room: int, k: int) -> tuple[str, int]:
-    """A user message too large for `room` tokens as the largest head and tail that fit, with a
-    marker of what was cut and of where the archive holds it whole (#k); and the characters kept
-    at each end."""
-    half = max(100, room * 3 // 2)  # characters at each end: about three a token, measured below
-    while half > 100 and text_tokens(text[:half] + text[-half:]) + 40 > room:
-        half = int(half * 0.8)
-    return f"{text[:half]}\n{CUT_MARK.format(n=len(text) - 2 * half, k=k)}\n{text[-half:]}", half
+def shorten_value(value, max_chars: int, why: str = ""):
+    """Shorten long strings anywhere inside parsed JSON, so the arguments stay valid JSON; what was
+    cut is counted (and `why`), and the names it used (CODE_NAME: the agent typed them) are listed,
+    since the next step often reuses them."""
+    def cut(s: str) -> str:
+        if len(s) <= max_chars:
+            return s
+        names = list(dict.fromkeys(CODE_NAME.findall(s[max_chars:])))[:NAMES_KEPT]
+        listed = f"; names: {', '.join(names)}" if names else ""
+        return s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut{': ' + why if why else ''}{listed}]"
+    return map_strings(value, cut)
 
 
-def shorten_for_window(messages: list[dict], precise_tools: tuple = (), max_chars: int = 200) -> list[dict]:
-    """The hardest level: every long message but the system prompt, the user's own words (a summary
-    is one) and precise results cut to `max_chars`, saying so; the caller archives. A server whose
-    tokenizer counts far more than our estimate (SmolLM2 on garbage output, ~3x) is met here."""
-    out, exact = list(messages), {id(m) for m in precise_messages(messages, precise_tools)}
-    for i in range(system_head(messages), len(messages)):
-        m = messages[i]
-        if m.get("role") == "user" or id(m) in exact:
-            continue
-        if len(content_text(m)) > max_chars:
-            m = {**m, "content": "[cut to fit the window]\n" + snip_text(content_text(m), 10, max_chars)}
-        if any(len(call_arguments(c)) > max_chars for c in m.get("tool_calls") or []):
-            m = {**m, "tool_calls": [{**c, "function": {**(c.get("function") or {}), "arguments": json.dumps(
-                {"cut to fit the window": call_arguments(c)[:max_chars]})}} for c in m["tool_calls"]]}
-        out[i] = m
+def shorten_arguments(messages: list[dict], max_chars: int = 400, keep_last: int = 0,
+                      keep: set[int] = frozenset(), why: str = "") -> list[dict]:
+    """The argument shortener beside the cutter: the long arguments (a file's whole text, big JSON)
+    of every call but those of the last `keep_last` messages with calls and of those whose id is in
+    `keep`, cut to valid JSON that says what it cut (lesson 07). The input itself when none is long."""
+    calls_at = [i for i, m in enumerate(messages) if m.get("tool_calls") and id(m) not in keep]
+    out = list(messages)
+    for i in calls_at[:-keep_last] if keep_last else calls_at:
+        calls = []
+        for call in messages[i]["tool_calls"]:
+            raw = call_arguments(call)
+            if len(raw) > max_chars:
+                args = parsed_arguments(call)
+                raw = (json.dumps({"shortened": raw[: max_chars // 2]}) if args is NOT_JSON
+                       else json.dumps(shorten_value(args, max_chars // 2, why), ensure_ascii=False))
+                call = {**call, "function": {**(call.get("function") or {}), "arguments": raw}}
+            calls.append(call)
+        if any(a is not b for a, b in zip(calls, messages[i]["tool_calls"])):
+            out[i] = {**messages[i], "tool_calls": calls}
     return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
@@ -757,11 +763,12 @@ def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: b
     latest request whole (within `budget` only when even the last resort does not fit), and the
     pinned rules within `budget`. What the kept messages already show is not repeated."""
     shown = {content_text(m) for m in user_requests(kept)}
+    where = "the archive holds it whole" if archived else ""
 
     def verbatim(title: str, text: str, whole: bool) -> str:
         if not text or any(text in x for x in shown):
             return ""
-        return f"{title}\n{text if whole or text_tokens(text) <= budget else snip_text(text, 20, budget * 3)}"
+        return f"{title}\n{text if whole or text_tokens(text) <= budget else cut_text(text, budget, where, (10, 10))}"
     task = verbatim(TASK_NOTE, state.task, False)
     latest = verbatim(LATEST_NOTE, state.latest, whole) if state.latest != state.task else ""
     said = "\n".join([*shown, task, latest])  # a rule the request it came from still shows is not repeated
@@ -991,7 +998,7 @@ def transcript_lines(messages: list[dict], max_chars: int = 2_000) -> list[tuple
         if is_summary(m):
             lines.append((f"[earlier summary]\n{summary_body(m)}", True))
         elif role == "tool":
-            output = snip_text(text, max_lines=20, max_chars=max_chars)
+            output = cut_text(text, max_chars // 3, lines=(10, 10))
             lines.append((f"[tool {call_name(pairs[i]) if i in pairs else 'unknown'}] {output}", False))
         elif role == "assistant":
             turn += 1  # turn numbers let the summary say when something happened
@@ -1009,7 +1016,7 @@ def transcript_chunks(messages: list[dict], max_tokens: int = 8_000) -> list[str
     that must be kept, so each summarizer call sees the task and the latest request; a line too
     long for one piece is split across pieces, never cut (lesson 04)."""
     lines = transcript_lines(messages, max_chars=max(400, max_tokens))
-    pinned = [snip_text(line, max_chars=max_tokens) for line, must in lines if must]
+    pinned = [cut_text(line, max_tokens // 3) for line, must in lines if must]
     room = max(max_tokens // 4, max_tokens - sum(text_tokens(line) for line in pinned))
     chunks, current, used = [], [], 0
     for line in (part for line, must in lines if not must for part in split_to_fit(line, room)):
@@ -1293,7 +1300,7 @@ class Archive:
             return f"no archived message #{n}; the archive holds {len(records)}"
         m = records[n]["message"]
         if isinstance(m.get("content"), str):  # snip by lines, which keeps error lines from the cut part
-            m = {**m, "content": snip_text(m["content"], max_chars=max_chars)}
+            m = {**m, "content": cut_text(m["content"], max_chars // 3)}
         return json.dumps(m, ensure_ascii=False, indent=1)
 
 
@@ -1478,70 +1485,6 @@ class Budget:
         return self.history(messages) > ratio * self.effective(messages)
 
 
-def _with_content(message: dict, text: str) -> dict:
-    return {**message, "content": text}
-
-
-def newest_batch(messages: list[dict]) -> set[int]:
-    """Indices of the tool results of the newest group: the model has not seen them yet."""
-    return {i for i in range(find_cut(messages, 1, 0), len(messages)) if messages[i].get("role") == "tool"}
-
-
-SNIP_HEAD, SNIP_TAIL = 40, 40  # lines a snipped output keeps
-
-
-def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HEAD, tail=SNIP_TAIL,
-                      unseen_max=None, unseen_limit="the limit for one new output"):
-    """Snip every tool result over `max_tokens` to its head and tail. The newest, unseen batch is
-    cut only past `unseen_max`, and then the cut says so and names the limit (lesson 06)."""
-    pairs, unseen = pair_tool_results(messages), newest_batch(messages)
-    out = list(messages)
-    for i, call in pairs.items():
-        text, limit = content_text(messages[i]), unseen_max if i in unseen else max_tokens
-        if call_name(call) in precise_tools or limit is None or text_tokens(text) <= limit:
-            continue
-        snipped = snip_text(text, max_lines=head + tail, max_chars=limit * 3, head=head)
-        if i in unseen:
-            snipped = f"[this output alone is over ~{limit:,} tokens, {unseen_limit}, so it was cut]\n" + snipped
-        out[i] = _with_content(messages[i], snipped)
-    return out
-
-
-NAMES_KEPT = 20  # a shortened argument lists up to this many names of what was cut
-
-
-def shorten_value(value, max_chars: int):
-    """Shorten long strings anywhere inside parsed JSON, so the arguments stay valid JSON; what was
-    cut is counted, and the names it used (CODE_NAME: the agent typed them) are listed, since the
-    next step often reuses them."""
-    def cut(s: str) -> str:
-        if len(s) <= max_chars:
-            return s
-        names = list(dict.fromkeys(CODE_NAME.findall(s[max_chars:])))[:NAMES_KEPT]
-        listed = f"; names: {', '.join(names)}" if names else ""
-        return s[:max_chars] + f"…[{len(s) - max_chars:,} chars cut{listed}]"
-    return map_strings(value, cut)
-
-
-def shorten_tool_arguments(messages, max_chars=400, keep_last=3):
-    """Shorten long arguments (file writes, big JSON) of all but the last few calls (lesson 07)."""
-    calls_at = [i for i, m in enumerate(messages) if m.get("tool_calls")]
-    out = list(messages)
-    for i in calls_at[:-keep_last] if keep_last else calls_at:
-        calls, changed = [], False
-        for call in messages[i]["tool_calls"]:
-            raw = call_arguments(call)
-            if len(raw) > max_chars:
-                args = parsed_arguments(call)
-                raw = (json.dumps({"shortened": raw[: max_chars // 2]}) if args is NOT_JSON
-                       else json.dumps(shorten_value(args, max_chars // 2), ensure_ascii=False))
-                call, changed = {**call, "function": {**call["function"], "arguments": raw}}, True
-            calls.append(call)
-        if changed:
-            out[i] = {**messages[i], "tool_calls": calls}
-    return out
-
-
 def task_complexity(messages: list[dict]) -> float:
     """A task's complexity, 0 to 1: the files the task touched and the kinds of error it met; twenty
     of them together count as the most complex task (lesson 16)."""
@@ -1590,7 +1533,6 @@ class Pass:
     sizes: dict[int, tuple] = field(default_factory=dict)  # id(list) -> (list, history tokens, effective)
 
 
-TOO_LONG = "[this message alone would not fit the window, so it was cut; the archive holds it whole]"
 SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
 REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
 HARDEST = 3  # compact()'s levels: 0 when due, 1 now, 2 the last resort now, 3 every long message cut too
@@ -1690,7 +1632,7 @@ class Compactor:
         if not self.layers:
             return messages  # a policy with no steps sends the history as it grows, for comparison
         if level >= HARDEST:
-            messages = self.archiving(messages, shorten_for_window(messages, self.precise_tools))
+            messages = self.archiving(messages, self.cut_everything(messages))
         used = request_tokens(messages, usage, self.fixed_tokens) if usage and level < 2 else None
         try:
             out = self.run_policy(messages, focus, level >= 1, used, ("reasoning", "last resort") if level >= 2 else only)
@@ -1700,7 +1642,7 @@ class Compactor:
             return self.compact(messages, focus, HARDEST, usage)
         if level < HARDEST:
             return out
-        return self.archiving(out, shorten_for_window(out, self.precise_tools), self.state.compactions)  # the
+        return self.archiving(out, self.cut_everything(out), self.state.compactions)  # the
         # compaction just made
 
     def fit_request(self, messages: list[dict]) -> list[dict]:
@@ -1717,11 +1659,20 @@ class Compactor:
             return messages
         k = len(self.archive.records())
         self.archive.append([latest], 0)
-        cut, half = cut_request(text, room, k)
         print(f"[cut] your message (~{text_tokens(text):,} tokens) is larger than the window leaves for it "
-              f"(~{room:,}): the model sees its first and last {half:,} characters; "
-              f"the whole message is archived as #{k} in {self.archive.path}")
-        return [{**m, "content": cut} if m is latest else m for m in messages]
+              f"(~{room:,}): the model sees its head and tail; the whole message is archived as #{k} in "
+              f"{self.archive.path}")
+        return cut_over(messages, room, f"this message alone would not fit the window; the archive holds it whole "
+                                        f"(recall #{k})", {id(m) for m in messages if m is not latest})
+
+    def cut_everything(self, messages: list[dict]) -> list[dict]:
+        """As far as it goes: every long message but the system prompt, the user's own words (a summary
+        is one) and precise results, cut to about 200 characters, its arguments too. A server whose
+        tokenizer counts far more than our estimate (SmolLM2 on garbage output, ~3x) is met here."""
+        keep = {id(m) for m in [*messages[:system_head(messages)], *precise_messages(messages, self.precise_tools),
+                                *(m for m in messages if m.get("role") == "user")]}
+        why = "cut to fit the window"
+        return shorten_arguments(cut_over(messages, 60, why, keep, lines=(5, 5)), 200, keep=keep, why=why)
 
     def archiving(self, messages: list[dict], out: list[dict], number: int | None = None) -> list[dict]:
         """`out`, once what it no longer holds of `messages` is in the archive, whole, under the
@@ -1779,7 +1730,11 @@ class Compactor:
         limit = int(TOO_LARGE_SHARE * self.budget.effective([]))
         if not any(m.get("role") == "tool" and message_tokens(m) > limit for m in messages):  # a cheap look first
             return messages
-        out = cut_too_large(messages, limit, self.precise_tools)
+        seen = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        keep = {id(m) for i, m in enumerate(messages) if m.get("role") != "tool" or i > seen}  # unseen stay whole
+        out = cut_over(messages, limit, f"this output alone was ~{{n:,}} tokens, over {TOO_LARGE_SHARE:.0%} of the "
+                                        "window's room for messages, so it was cut once read",
+                       keep | {id(m) for m in precise_messages(messages, self.precise_tools)}, to=limit // 4)
         if out is not messages:
             self.state.report.append(("too large", self.measure(messages, run)[0], self.measure(out, run)[0], 0.0))
         return out
@@ -1970,10 +1925,9 @@ class Compactor:
             self.state.summary = self.state.summary.rstrip() + "\n\n" + self.guard.offline(fresh, run.focus)
         carry_user_words(self.state, messages, system + turn)
         snip_max = max(125, int(SNIP_SHARE * (self.context_window - self.reserved_output)) // 4)
-        cut = shorten_tool_arguments(snip_long_outputs(turn, snip_max, self.precise_tools, unseen_max=snip_max,
-                                                       unseen_limit="what the last resort keeps of one output"),
-                                     keep_last=0)
-        turn = [t if id(t) in held_ids else m for t, m in zip(turn, cut)]  # precise calls keep their arguments
+        exact = {id(m) for m in precise_messages(turn, self.precise_tools)}  # never cut, as everywhere
+        turn = shorten_arguments(cut_over(turn, snip_max, "what the last resort keeps of one output",
+                                          exact | {id(m) for m in turn if m.get("role") != "tool"}), keep=exact)
         ack = [ACK] if turn and turn[0].get("role") == "user" else []
         out = [*system, self.summary_message(messages, run.focus, system + turn), *ack, *turn]
         if self.over(out, 1.0, run):  # the summary itself does not fit:
@@ -1981,9 +1935,8 @@ class Compactor:
             out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *turn]  # the
             # user's words (cut to their share, whole in the archive) and the archive note stay
         if self.over(out, 1.0, run):  # the latest turn alone does not fit: its long texts are cut too
-            exact = {id(m) for m in precise_messages(turn, self.precise_tools)}  # never cut, as everywhere
-            cut = [m if m.get("role") == "user" or id(m) in exact or message_tokens(m) <= snip_max
-                   else _with_content(m, TOO_LONG + "\n" + snip_text(content_text(m), 20, snip_max * 3)) for m in turn]
+            keep = exact | {id(m) for m in user_requests(turn)}
+            cut = cut_over(turn, snip_max, "this message alone would not fit the window", keep, lines=(10, 10))
             out = [*system, self.summary_message(messages, run.focus, system + turn, whole=False), *ack, *cut]
         return out
 
@@ -2039,7 +1992,7 @@ def admit_tool_result(compactor: Compactor, call: dict, output: str) -> str:
     if not limit or text_tokens(output) <= limit or call_name(call) in compactor.precise_tools:
         return output
     if not model_configured() or compactor.guard.open:
-        return snip_text(output, max_chars=limit * 3)
+        return cut_text(output, limit)
     return summarize_tool_output(call, output, limit)
 
 
@@ -2056,15 +2009,15 @@ def summarize_tool_output(call: dict, output: str, max_tokens: int = 2_000, *, c
             model=summary_model(), temperature=0.1,
             messages=[{"role": "system", "content": TOOL_OUTPUT_PROMPT},
                       {"role": "user",
-                       "content": f"Output of {describe_call(call)}:\n{snip_text(output, 2_000, 60_000)}"}])
+                       "content": f"Output of {describe_call(call)}:\n{cut_text(output, 20_000, lines=(1_000, 1_000))}"}])
         text = check_summary(response.choices[0].message.content, max_tokens)
     except (openai.OpenAIError, SummaryFailure):
-        return snip_text(output, max_chars=max_tokens * 3)
+        return cut_text(output, max_tokens)
     missing = [n for n in dict.fromkeys(re.findall(r"\d+(?:\.\d+)?", output)) if n not in text]
     if missing:  # the model dropped numbers: list them, or snip if that makes it too long
         text += "\nNumbers in the output not mentioned above: " + ", ".join(missing)
     if text_tokens(text) > max_tokens:
-        return snip_text(output, max_chars=max_tokens * 3)
+        return cut_text(output, max_tokens)
     return f"[summary of the output of {describe_call(call)}]\n{text}"
 
 
@@ -2073,6 +2026,15 @@ def summarize_tool_output(call: dict, output: str, max_tokens: int = 2_000, *, c
 # ============================================================================================
 
 # --- The cheap layers: string work on old tool results, no model involved (lessons 05-07) -----
+
+def _with_content(message: dict, text: str) -> dict:
+    return {**message, "content": text}
+
+
+def newest_batch(messages: list[dict]) -> set[int]:
+    """Indices of the tool results of the newest group: the model has not seen them yet."""
+    return {i for i in range(find_cut(messages, 1, 0), len(messages)) if messages[i].get("role") == "tool"}
+
 
 PRUNED = "[pruned]"
 
@@ -2309,6 +2271,23 @@ def eviction_note(gone: list[dict]) -> dict:
 # --- The ladder's steps and policies (lessons 10-14) -----------------------------------------
 
 
+SNIP_HEAD, SNIP_TAIL = 40, 40  # lines a snipped output keeps
+
+
+def snip_long_outputs(messages, max_tokens=2_000, precise_tools=(), head=SNIP_HEAD, tail=SNIP_TAIL,
+                      unseen_max=None, unseen_limit="the limit for one new output"):
+    """Snip every tool result over `max_tokens` to its head and tail lines with the one cutter. The
+    newest, unseen batch is cut only past `unseen_max`, and then the cut says so and names the limit
+    (lesson 06)."""
+    pairs, unseen = pair_tool_results(messages), {id(messages[i]) for i in newest_batch(messages)}
+    exact = {id(m) for i, m in enumerate(messages) if i not in pairs or call_name(pairs[i]) in precise_tools}
+    out = cut_over(messages, max_tokens, "", exact | unseen, lines=(head, tail))
+    if unseen_max is None:
+        return out
+    return cut_over(out, unseen_max, f"this output alone is over ~{unseen_max:,} tokens, {unseen_limit}, so it was cut",
+                    exact | {id(m) for m in out if id(m) not in unseen}, lines=(head, tail))
+
+
 def snip(compactor: Compactor, messages: list[dict], run: Pass, head: int = SNIP_HEAD, tail: int = SNIP_TAIL):
     """Old outputs over SNIP_SHARE of the window snipped to `head` and `tail` lines; a new one only
     past what a compaction leaves the whole history (lesson 06)."""
@@ -2335,7 +2314,7 @@ STEPS.update({
     "snip": (snip, True),
     "clear": (lambda compactor, messages, run, tools=INTERMEDIATE_TOOLS: clear_tool_results(messages, tools), False),
     "dedupe": (lambda compactor, messages, run: dedupe_tool_results(messages, compactor.precise_tools), False),
-    "shorten": (lambda compactor, messages, run, keep_last=3: shorten_tool_arguments(messages, keep_last=keep_last),
+    "shorten": (lambda compactor, messages, run, keep_last=3: shorten_arguments(messages, keep_last=keep_last),
                 True),
     "evict": (evict, True),
     # the light tier: the rolling summary updated from the leaving turns by the extractive summarizer,

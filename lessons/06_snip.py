@@ -4,7 +4,7 @@ Motto: the head says what ran, the tail says how it ended, the errors say why.
 The problem: one test run or log can be longer than the rest of the history together. Masking
 (lesson 05) only touches OLD results; the newest ones stay whole, however big they are.
 
-How it works: snip_text keeps the first and the last max_lines/2 lines (or `head` lines first),
+How it works: cut_text, the one cutter, keeps the first and the last lines (`lines`, head and tail),
 and from the part it cuts only the lines that look like errors, behind a marker:
 
     line 1 … line 20 │ [… 211 lines cut …] │ error lines from the middle │ last 20 lines
@@ -19,14 +19,14 @@ cut says so.
 What changed since lesson 05b: masking dropped old results and old reasoning; snipping shrinks big
 ones, even new ones.
 Try it: set MAX_LINES to 10 or 200; in main(), call pytest_log(failing=(5, 230)) to fail in head and tail.
-Explains compact.py Part II ("What a summary must keep"): snip_text, ERROR_LINE; ("The one engine
+Explains compact.py Part II ("The one cutter"): cut_text; ("What a summary must keep"): ERROR_LINE; ("The one engine
 every strategy runs"): snip_long_outputs, newest_batch; Part III ("The ladder's steps and
 policies"): snip.
 Run: python lessons/06_snip.py
 """
 
 import show
-from compact import ERROR_LINE, content_text, estimate_tokens, snip_long_outputs, snip_text
+from compact import ERROR_LINE, content_text, estimate_tokens, cut_text, snip_long_outputs
 
 MAX_LINES = 40
 LINES = {"2024-05-14T09:25:00Z ERROR disk quota exceeded": "a log's level",
@@ -61,7 +61,7 @@ def pytest_log(files: tuple = ("cart", "orders", "sessions", "routes"), tests: i
 
 
 def kept_errors(snipped: str) -> list[str]:
-    """The lines snip_text rescued from the cut part: between the marker and the tail."""
+    """The lines cut_text rescued from the cut part: between the marker and the tail."""
     rows = snipped.split("\n")
     marker = next(i for i, row in enumerate(rows) if row.startswith("[… "))
     return rows[marker + 1:len(rows) - MAX_LINES // 2]
@@ -69,11 +69,11 @@ def kept_errors(snipped: str) -> list[str]:
 
 def main() -> None:
     log = pytest_log()
-    snipped = snip_text(log, max_lines=MAX_LINES)
+    snipped = cut_text(log, 10**6, lines=(MAX_LINES // 2, MAX_LINES // 2))
     rows = snipped.split("\n")
     marker, kept = MAX_LINES // 2, kept_errors(snipped)
 
-    show.banner(f"1. snip_text on a {log.count(chr(10)) + 1}-line pytest log, max_lines={MAX_LINES}")
+    show.banner(f"1. cut_text on a {log.count(chr(10)) + 1}-line pytest log, max_lines={MAX_LINES}")
     for row in rows[:3]:
         print(f"[head] {row[:76]}")
     print(f"[head] … {marker - 3} more head lines")
@@ -90,7 +90,7 @@ def main() -> None:
     errors_after = sum(bool(ERROR_LINE.search(row)) for row in rows)
     print(f"[snip] lines that look like errors: {errors_before} before, {errors_after} after")
     one_line = '{"bundle": "' + "a" * 60_000 + '"}'
-    cut = snip_text(one_line)
+    cut = cut_text(one_line, 2_700)
     print(f"[snip] one {len(one_line):,}-char line (minified JSON) is cut by characters to {len(cut):,}: "
           f"{cut.split(chr(10))[1]}")
 
@@ -112,7 +112,7 @@ def main() -> None:
 
     show.banner("4. The limit of a cheap filter")
     many = pytest_log(failing=tuple(range(60, 180, 4)))
-    rescued = [row for row in kept_errors(snip_text(many, max_lines=MAX_LINES)) if ERROR_LINE.search(row)]
+    rescued = [row for row in kept_errors(cut_text(many, 10**6, lines=(MAX_LINES // 2, MAX_LINES // 2))) if ERROR_LINE.search(row)]
     middle_errors = sum(bool(ERROR_LINE.search(row)) for row in many.split("\n")[MAX_LINES // 2:-MAX_LINES // 2])
     print(f"[removed] {middle_errors} error lines in the cut part; only {len(rescued)} stay: the first 5 and the last 15")
     print("[removed] and `if level == ERROR:` counts as an error line: a regular expression cannot read code")

@@ -16,7 +16,7 @@ reusing every message they do not change. The newest results and the last calls 
 What changed since lesson 06: three more cheap layers; lesson 13 runs them all in one ladder.
 Try it: make the second read of cart.py return other text and see dedupe keep it; set keep_last=0.
 Explains compact.py Part III ("The cheap layers"): clear_tool_results, dedupe_tool_results; Part II
-("The one engine every strategy runs"): shorten_tool_arguments, shorten_value; ("The archive"):
+("The one engine every strategy runs"): shorten_arguments, shorten_value; ("The archive"):
 map_strings.
 Run: python lessons/07_clear_and_dedupe.py
 """
@@ -25,7 +25,7 @@ import json
 
 import show
 from compact import (clear_tool_results, content_text, dedupe_tool_results, describe_call, pair_tool_results,
-                     shorten_tool_arguments)
+                     shorten_arguments)
 from conversations import generate_conversation
 
 VERBS = ("add", "remove", "count", "clear", "total", "empty")
@@ -79,8 +79,8 @@ def main() -> None:
     print("[kept] the newest copy of an output stays, and so does a re-read whose text changed;")
     print("[kept] outputs under 200 chars are never deduped: a pointer would save next to nothing")
 
-    show.banner("shorten_tool_arguments: what the agent wrote itself")
-    shortened = shorten_tool_arguments(messages, max_chars=400, keep_last=3)
+    show.banner("shorten_arguments: what the agent wrote itself")
+    shortened = shorten_arguments(messages, max_chars=400, keep_last=3)
     for i in changed(messages, shortened):
         raw, new = (m[i]["tool_calls"][0]["function"]["arguments"] for m in (messages, shortened))
         args = json.loads(new)  # still valid JSON: a provider or a converter that parses it will not fail
@@ -91,7 +91,7 @@ def main() -> None:
 
     show.banner("All three on a generated 40-turn conversation")
     generated = generate_conversation(40, seed=0).messages
-    cheap = shorten_tool_arguments(dedupe_tool_results(clear_tool_results(generated)))
+    cheap = shorten_arguments(dedupe_tool_results(clear_tool_results(generated)), keep_last=3)
     show.sizes("clear+dedupe+shorten", generated, cheap)
     counts = [sum(1 for i in changed(messages, after) if after is not cleared or messages[i].get("role") == "tool")
               for after in (cleared, deduped, shortened)]  # a cleared record counts once, by its result

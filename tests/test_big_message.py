@@ -50,9 +50,9 @@ def test_a_31_kb_task_in_a_2048_token_window_ends_the_same_under_every_strategy(
     code, output = run_task(monkeypatch, tmp_path, capsys, strategy, "2048")
     assert code == 0 and "DONE: the log says every worker finished." in output, output[-2_000:]
     cut_lines = [line for line in output.splitlines() if line.startswith("[cut] your message")]
-    assert len(cut_lines) == 1 and "the model sees its first and last" in cut_lines[0]  # told what it saw
+    assert len(cut_lines) == 1 and "the model sees its head and tail" in cut_lines[0]  # told what it saw
     sent = [m for m in server.requests[-1]["messages"] if m["role"] == "user"][-1]["content"]
-    assert sent.startswith(TASK[:200]) and sent.endswith(TASK[-200:]) and "characters of this message were cut" in sent
+    assert sent.startswith(TASK[:200]) and sent.endswith(TASK[-200:]) and "chars cut: this message alone would not fit the window; the archive holds it whole" in sent
     assert json.dumps(TASK)[1:-1] in archived(tmp_path)  # the whole task, archived before it was cut
     assert not any("too long" in line for line in output.splitlines())  # refused by no one: cut before sending
 
@@ -71,5 +71,5 @@ def test_a_server_smaller_than_context_window_names_its_window_and_the_same_rule
 def test_the_hardest_level_never_cuts_the_users_own_words():
     history = [{"role": "system", "content": "s"}, {"role": "user", "content": "a long request " * 200},
                {"role": "assistant", "content": "a long answer " * 200}]
-    out = compact.shorten_for_window(history)
-    assert out[1] is history[1] and out[2]["content"].startswith("[cut to fit the window]")
+    out = compact.Compactor().cut_everything(history)
+    assert out[1] is history[1] and "cut to fit the window" in out[2]["content"]

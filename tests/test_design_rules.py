@@ -104,7 +104,7 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
         made = tiny_agent.make_compaction(tiny_agent.Config(strategy=strategy), compact.summarize_extractive, archive)
         out = made.compact(messages)
         text = content_text(out[3])
-        assert text.startswith("[this output alone was ~") and compact.text_tokens(text) < 8_000, strategy
+        assert "this output alone was ~" in text and compact.text_tokens(text) < 8_000, strategy
         assert len(out) == len(messages) and out[4] is messages[4]  # nothing else changed
         assert any(r["message"]["content"] == huge for r in archive.records()), strategy
         assert made.compact(unseen) is unseen  # the model has not read it yet: it stays whole

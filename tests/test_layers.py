@@ -13,7 +13,7 @@ import compact
 from compact import (
     ERROR_LINE, LOST_RESULT, NEWEST, SECTIONS, Budget, estimate_tokens, evict_by_importance,
     find_constraints, find_problems, heuristic_tokens, mask_old_tool_results, message_tokens, placeholder, repair,
-    shorten_tool_arguments, snip_long_outputs, snip_text, summarize_extractive, summary_message,
+    shorten_arguments, snip_long_outputs, cut_text, text_tokens, summarize_extractive, summary_message,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_masking_does_not_mutate_its_input_and_reuses_untouched_messages():
 
 
 # --------------------------------------------------------------------------------------------
-# 3. snip_text / snip_long_outputs
+# 3. cut_text (the one cutter) / snip_long_outputs
 # --------------------------------------------------------------------------------------------
 
 
@@ -310,7 +310,7 @@ def numbered(n, errors=None) -> str:
 
 
 def test_snip_keeps_head_and_tail_around_a_cut_marker():
-    out = snip_text(numbered(500), max_lines=80).split("\n")
+    out = cut_text(numbered(500), 10**6).split("\n")
     assert out[:40] == [f"step {i} ok" for i in range(40)]
     assert out[-40:] == [f"step {i} ok" for i in range(460, 500)]
     assert out[40] == "[… 420 lines cut …]"
@@ -319,7 +319,7 @@ def test_snip_keeps_head_and_tail_around_a_cut_marker():
 def test_snip_keeps_error_lines_from_the_cut_part():
     errors = {150: "Traceback (most recent call last):", 200: "ValueError: bad width 7",
               300: "FAILED tests/test_app.py::test_width - assert 7 == 8"}
-    out = snip_text(numbered(500, errors), max_lines=80)
+    out = cut_text(numbered(500, errors), 10**6)
     for line in errors.values():
         assert line in out
     assert "[… 417 lines cut …]" in out
@@ -330,8 +330,8 @@ def test_snip_text_character_cut_keeps_error_lines():
     """A few enormous lines (minified JSON, a progress bar) with an error line between them."""
     error = "ValueError: width must be positive, got -3"
     text = "\n".join(["a" * 50_000, "b" * 50_000, error, "c" * 50_000])
-    out = snip_text(text, max_chars=8_000)
-    assert len(out) < 8_200 and "chars cut" in out
+    out = cut_text(text, 2_700)
+    assert text_tokens(out) <= 2_700 and "chars cut" in out
     assert error in out and out.startswith("a" * 1_000) and out.endswith("c" * 1_000)
 
 
@@ -342,7 +342,7 @@ COMPILER_STYLE = pytest.param("src/app.py:12: error: Name 'parse' is not defined
                                   "12:00:01 worker-3 FATAL out of memory", COMPILER_STYLE])
 def test_error_lines_are_kept_wherever_the_marker_stands(line):
     assert ERROR_LINE.search(line)
-    out = snip_text(numbered(500, {250: line}), max_lines=80)
+    out = cut_text(numbered(500, {250: line}), 10**6)
     assert "lines cut" in out and line in out and "step 251 ok" not in out
 
 
@@ -353,14 +353,15 @@ def test_lines_that_only_mention_an_error_are_not_error_lines(line):
 
 def test_one_enormous_line_is_cut_by_characters():
     line = "".join(f"{i:06d}," for i in range(20_000))  # 140,000 chars, no newline
-    out = snip_text(line, max_chars=8_000)
-    assert out.startswith(line[:4_000]) and out.endswith(line[-4_000:])
-    assert f"[… {len(line) - 8_000:,} chars cut …]" in out
-    assert len(out) < 8_100
+    out = cut_text(line, 2_700, "too long")
+    head, marker, tail = out.split("\n")
+    assert line.startswith(head) and line.endswith(tail) and len(head) == len(tail) > 1_000
+    assert marker == f"[… {len(line) - 2 * len(head):,} chars cut: too long …]"
+    assert 2_000 < text_tokens(out) <= 2_700  # the largest head and tail that fit, measured
 
 
 def test_short_text_is_not_snipped():
-    assert snip_text(SHELL_LOG) == SHELL_LOG
+    assert cut_text(SHELL_LOG, 2_000) is SHELL_LOG
 
 
 def test_snip_long_outputs_snips_only_long_results_of_imprecise_tools():
@@ -393,9 +394,8 @@ def test_snip_long_outputs_cuts_the_newest_unseen_batch_past_unseen_max_and_says
     messages = unseen_batch(numbered(3_000))
     out = snip_long_outputs(messages, max_tokens=500, unseen_max=2_000)
     newest = out[-1]["content"]
-    assert newest.startswith("[this output alone is over ~2,000 tokens, the limit for one new output, so it was cut]\n"
-                             "step 0 ok")
-    assert "lines cut" in newest and newest.endswith("step 2999 ok")
+    assert newest.startswith("step 0 ok") and newest.endswith("step 2999 ok")
+    assert "lines cut: this output alone is over ~2,000 tokens, the limit for one new output, so it was cut …]" in newest
     assert estimate_tokens(newest) < 2_000 < estimate_tokens(messages[-1]["content"])
 
 
@@ -448,7 +448,7 @@ def test_results_that_differ_in_output_arguments_or_tool_are_not_deduped(change)
 
 
 # --------------------------------------------------------------------------------------------
-# 6. shorten_tool_arguments
+# 6. shorten_arguments, beside the cutter
 # --------------------------------------------------------------------------------------------
 
 
@@ -459,7 +459,7 @@ def writes(n) -> list[dict]:
 
 def test_long_arguments_of_old_calls_are_shortened_and_stay_valid_json():
     messages = [user("write files"), *writes(5), assistant("done")]
-    out = shorten_tool_arguments(messages, max_chars=400, keep_last=3)
+    out = shorten_arguments(messages, max_chars=400, keep_last=3)
     calls = [m["tool_calls"][0] for m in out if m.get("tool_calls")]
     for old in calls[:2]:
         args = json.loads(old["function"]["arguments"])
@@ -471,14 +471,14 @@ def test_long_arguments_of_old_calls_are_shortened_and_stay_valid_json():
 def test_a_shortened_argument_lists_the_names_it_cut_whole():
     content = "x = 1\n" * 100 + "new_lines.append(SECRET_KEY)\nif __name__ == '__main__':\n    main()\n"
     messages = [user("write files"), *tool_turn("w", "write_file", "ok", path="a.py", content=content), *writes(3)]
-    args = json.loads(shorten_tool_arguments(messages, max_chars=400, keep_last=3)[1]["tool_calls"][0]["function"]
+    args = json.loads(shorten_arguments(messages, max_chars=400, keep_last=3)[1]["tool_calls"][0]["function"]
                       ["arguments"])
     assert args["content"].endswith("names: new_lines.append, SECRET_KEY, __name__, __main__]")
 
 
 def test_the_last_calls_keep_their_arguments_untouched():
     messages = [user("write files"), *writes(4)]
-    out = shorten_tool_arguments(messages, keep_last=3)
+    out = shorten_arguments(messages, keep_last=3)
     at = [i for i, m in enumerate(messages) if m.get("tool_calls")]
     assert all(out[i] is messages[i] for i in at[-3:])
     assert out[at[0]] != messages[at[0]]  # the one older call was shortened
@@ -488,7 +488,7 @@ def test_arguments_that_are_not_json_are_replaced_by_valid_json():
     broken = assistant(None, {"id": "z", "type": "function",
                               "function": {"name": "bash", "arguments": "{not json " + "y" * 900}})
     messages = [user("go"), broken, result("z", "ok"), *writes(3)]
-    out = shorten_tool_arguments(messages, keep_last=3)
+    out = shorten_arguments(messages, keep_last=3)
     assert json.loads(out[1]["tool_calls"][0]["function"]["arguments"])["shortened"].startswith("{not json")
 
 
@@ -768,6 +768,6 @@ def test_eviction_takes_the_lowest_importance_first():
 
 def test_snip_keeps_the_first_and_the_last_error_lines_when_the_cut_part_has_many():
     lines = ["start"] * 50 + [f"ERROR step {i} failed" for i in range(40)] + ["end"] * 50
-    out = snip_text("\n".join(lines), max_lines=80).split("\n")
+    out = cut_text("\n".join(lines), 10**6).split("\n")
     kept = [line for line in out if line.startswith("ERROR")]
     assert kept == [f"ERROR step {i} failed" for i in [*range(5), *range(25, 40)]]  # the first 5, the last 15

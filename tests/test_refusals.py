@@ -89,8 +89,8 @@ def test_a_server_whose_tokenizer_counts_far_more_is_met_by_cutting_and_nothing_
     def reply(body):
         size = len(json.dumps(body["messages"]))
         sent.append(json.dumps(body["messages"], sort_keys=True))
-        if size > 3_000:
-            return 400, error(f"This model's maximum context length is 3000 tokens. However, you requested {size} "
+        if size > 2_000:
+            return 400, error(f"This model's maximum context length is 2000 tokens. However, you requested {size} "
                               f"tokens ({size} in the messages, None in the completion).", code="context_length_exceeded")
         if len(sent) == 1 or not any(m["role"] == "tool" for m in body["messages"]):
             return 200, chat_response(tool_calls=[("c1", "bash", {"command": garbage})])
