@@ -1353,7 +1353,8 @@ class SummaryGuard:
     """Calls the summarizer so that its failure never costs history: a timeout, a check of the
     answer, the structured offline summary as fallback, the extractive facts backfilled, and a
     breaker that stops calling a summarizer which failed `max_failures` times in a row for the
-    next `cooldown` compactions (lesson 13)."""
+    next `cooldown` compactions. Its record of failures is the state's, the one every strategy
+    keeps and /context reads (lesson 13)."""
 
     summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
     offline: Callable | None = None  # the fallback, and the summarizer when no model is configured;
@@ -1363,11 +1364,7 @@ class SummaryGuard:
     max_failures: int = 3  # failures in a row that open the breaker
     cooldown: int = 5  # compactions the breaker stays open
     confidence: bool = False  # label unverified lines with the share of their facts found
-    state: CompactState | None = None  # where failures are counted for /context, whatever the strategy
-    failures: int = 0  # state: failures in a row so far
-    skip: int = 0  # state: compactions left before the summarizer is tried again
-    last_error: str = ""  # state: the last failure, for the user
-    failed_at: list[float] = field(default_factory=list)  # state: when each failure happened
+    state: CompactState = field(default_factory=lambda: CompactState())  # the failures, counted once
     stood_in: str = ""  # why the offline summary stood in for the model at the last call; "" if it did not
 
     def __call__(self, messages: list[dict], focus: str | None = None, request: str | None = None) -> str:
@@ -1378,47 +1375,48 @@ class SummaryGuard:
         self.stood_in = ""
         if summarize is offline or getattr(summarize, "extractive", False):  # no model: nothing to guard
             return summarize(messages, focus)
-        if self.skip > 0:
-            self.skip -= 1
+        if self.open:
+            self.state.paused -= 1
             self.stood_in = "the summary model is paused after failing in a row"
             return offline(messages, focus)
         try:
             text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus or request),
                                  self.max_tokens)
         except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
-            self.failures += 1
-            said = self.last_error + (self.state.last_error if self.state is not None else "")
-            reason, hint = f"{type(error).__name__}: {str(error)[:160]}", ""
-            if getattr(error, "status_code", 0) == 404 and "model" in str(error).lower() and "SUMMARY_MODEL" not in said:
-                hint = f"; the server has no model {summary_model()!r}: set SUMMARY_MODEL in .env"  # said once
-            self.last_error = reason + hint
-            self.failed_at.append(time.time())
-            if self.state is not None:
-                self.state.failures, self.state.last_error = self.state.failures + 1, self.last_error
-            print(f"[compact] the summarizer failed ({reason[:120]}){hint}; using the offline summary", file=sys.stderr)
-            if self.failures >= self.max_failures:
-                self.failures, self.skip = 0, self.cooldown
-            self.stood_in = "the summary model failed"  # its error stays out of the context: /context shows it
+            self.failed(error)
             return offline(messages, focus)
-        self.failures = 0
+        self.state.failing = 0
         return backfill(flag_unverified(text, source_text(messages), self.confidence), messages)
+
+    def failed(self, error: Exception) -> None:
+        """Count a failure in the state, say it in one line, and open the breaker after enough in a row."""
+        state, reason, hint = self.state, f"{type(error).__name__}: {str(error)[:160]}", ""
+        if getattr(error, "status_code", 0) == 404 and "model" in str(error).lower() and "SUMMARY_MODEL" not in state.last_error:
+            hint = f"; the server has no model {summary_model()!r}: set SUMMARY_MODEL in .env"  # said once
+        state.failures, state.failing, state.last_error = state.failures + 1, state.failing + 1, reason + hint
+        state.failed_at.append(time.time())
+        print(f"[compact] the summarizer failed ({reason[:120]}){hint}; using the offline summary", file=sys.stderr)
+        if state.failing >= self.max_failures:
+            state.failing, state.paused = 0, self.cooldown
+        self.stood_in = "the summary model failed"  # its error stays out of the context: /context shows it
 
     @property
     def open(self) -> bool:
-        return self.skip > 0
+        return self.state.paused > 0
 
 
 def compaction_stats(state: CompactState, guard: SummaryGuard | None = None) -> str:
     """Every strategy's statistics, for /context and the lessons: compactions, tokens saved, the
-    summarizer's failures (the state's count, which outlives a guard) with the guard's times, and a
-    warning while its breaker is open and summaries are degraded (lesson 13)."""
-    times = [time.strftime("%H:%M:%S", time.localtime(t)) for t in guard.failed_at] if guard else []
+    summarizer's failures with their times, and a warning while the guard's breaker is open and
+    summaries are degraded (lesson 13)."""
+    times = [time.strftime("%H:%M:%S", time.localtime(t)) for t in state.failed_at]
+    streak = guard.max_failures if guard is not None else 3
     return (f"compactions: {state.compactions}, tokens saved: {state.tokens_saved:,}" + (
         f"; summarizer failures: {state.failures}, the last {'at ' + times[-1] + ' ' if times else ''}"
         f"({state.last_error})" if state.failures else "") + (
-        f"\nWARNING: summaries are degraded: the summarizer failed {guard.max_failures} times in a row (at "
-        f"{', '.join(times[-guard.max_failures:])}); the next {guard.skip} compactions use the extractive summary"
-        if guard is not None and guard.open else ""))
+        f"\nWARNING: summaries are degraded: the summarizer failed {streak} times in a row (at "
+        f"{', '.join(times[-streak:])}); the next {state.paused} compactions use the extractive summary"
+        if state.paused > 0 else ""))
 
 
 # --- The one engine every strategy runs (lessons 02-04, 13) -----------------------------------
@@ -1435,6 +1433,9 @@ class CompactState:
     tokens_saved: int = 0
     floor: int = 0  # tokens: after a compaction that did not help, wait until the history passes this
     failures: int = 0  # summarizer calls that failed and fell back to the offline summary
+    failing: int = 0  # ... of them in a row, until one succeeds
+    paused: int = 0  # compactions left before the summarizer is tried again (the guard's breaker)
+    failed_at: list[float] = field(default_factory=list)  # when each failure happened
     last_error: str = ""  # the last of those failures, for /context
     summary: str = ""  # the rolling summary, updated by every compaction that summarizes
     task: str = ""  # the user's first request, verbatim, once its message left the context
@@ -1600,8 +1601,10 @@ class Compactor:
         offline = functools.partial(summarize_extractive, graded=self.graded, least=self.summary_tokens)
         offline.extractive = True  # a guard calls it directly: it cannot fail like a model
         summarize = offline if self.summarize is summarize_extractive else self.summarize  # at this policy's size
-        self.guard = summarize if isinstance(summarize, SummaryGuard) else SummaryGuard(
-            summarize, offline, confidence=self.confidence, state=self.state)  # a guard given is shared
+        if isinstance(summarize, SummaryGuard):  # a guard given is shared, and so is its record of failures
+            self.guard, self.state = summarize, summarize.state
+        else:
+            self.guard = SummaryGuard(summarize, offline, confidence=self.confidence, state=self.state)
 
     @property
     def budget(self) -> Budget:

@@ -116,7 +116,7 @@ def main():
         text = guard(middle)
         called = "called " if flaky.calls > calls else "skipped"
         used = "offline fallback" if text == offline else "its own summary"
-        error = f"  last_error={guard.last_error!r}" if attempt <= 3 else ""
+        error = f"  last_error={guard.state.last_error!r}" if attempt <= 3 else ""
         print(f"  [guard] summary {attempt}: summarizer {called} → {used:<17}"
               f"breaker {'open' if guard.open else 'closed'}{error}")
 

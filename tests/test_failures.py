@@ -102,13 +102,13 @@ def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing
     c = compactor(tmp_path, summarizer, policy)
     out = c.compact(HISTORY, level=int(force))
     assert summarizer.calls >= 1
-    assert c.guard.last_error  # the failure was seen, and the offline summary took over
+    assert c.guard.state.last_error  # the failure was seen, and the offline summary took over
     assert_fits_and_archived(c, HISTORY, out)
     summary = next(m for m in out if compact.is_summary(m))
     assert "## Goal" in compact.content_text(summary)
     # the structured offline summary of exactly what the failing summarizer was given took over
     assert compact.summary_body(summary) == compact.summarize_extractive(summarizer.given[0])  # no focus asked
-    assert c.guard.last_error not in context_text(out)
+    assert c.guard.state.last_error not in context_text(out)
     if kind in LEAKS:
         assert LEAKS[kind] not in context_text(out)
 
@@ -169,7 +169,7 @@ def test_the_guard_marks_a_model_summary_claim_its_source_does_not_back_up():
     lines = guard(CART_WORK).split("\n")
     assert "- src/cart.py fails at line 42" in lines  # its facts are in the messages
     assert f"- patched src/ghost.py at line 4242 {compact.UNVERIFIED}" in lines
-    assert guard.last_error == ""
+    assert guard.state.last_error == ""
 
 
 def test_the_guard_backfills_identifiers_and_errors_a_weak_model_summary_dropped():
@@ -177,7 +177,7 @@ def test_the_guard_backfills_identifiers_and_errors_a_weak_model_summary_dropped
     text = guard(CART_WORK)
     assert text.startswith("## Progress\n- looked into the cart\n")  # the model's summary comes first
     assert "KeyError: 'cart_total'" in text and "HAT123" in text and "src/cart.py" in text
-    assert guard.last_error == ""
+    assert guard.state.last_error == ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_the_breaker_stops_calling_a_failing_model_server(tmp_path, fake_openai,
     c = compact.Compactor(policy="hybrid", summarize=compact.summarize_with_model,
                           archive=compact.Archive.in_folder(tmp_path / "archive"), **WINDOW)
     compact_until_the_breaker_opens(c)
-    assert "RateLimitError" in c.guard.last_error
+    assert "RateLimitError" in c.guard.state.last_error
     sent = len(server.requests)
     injected["server 429"] += sent
     for _ in range(c.guard.cooldown):

@@ -268,7 +268,7 @@ def test_a_summary_that_repeats_an_injection_stays_a_user_note(tmp_path, fake_op
     history = attacked(attack, "tool output")
     c, out = compacted(tmp_path, history, summarize=compact.summarize_with_model)
     assert_compacted(history, out)
-    assert server.requests and c.guard.last_error == ""  # the model's answer was used, not the fallback
+    assert server.requests and c.guard.state.last_error == ""  # the model's answer was used, not the fallback
     [summary] = [m for m in out if compact.is_summary(m)]
     assert summary["role"] == "user" and fragment in compact.content_text(summary)
     tried["summary answer"] += 1
