@@ -518,17 +518,6 @@ def call_values(messages: list[dict], budget: int = int(CALL_SHARE * SUMMARY_TOK
     return newest_within(again + newest, budget, overhead=2)
 
 
-CODE = re.compile(r"```[\w-]*\n(.*?)```|`([^`\n]{3,})`", re.S)  # a fenced block's lines, or `inline code`
-
-
-def user_code(messages: list[dict]) -> list[str]:
-    """What the user wrote as code (a command to run, a name to use), line by line, verbatim: the
-    task's instructions often say exactly what to run (lesson 04)."""
-    lines = [line.strip() for m in user_requests(messages) for block, inline in CODE.findall(content_text(m))
-             for line in (block.split("\n") if block else [inline])]
-    return list(dict.fromkeys(x for x in lines if 3 <= len(x) <= CALL_VALUE_CHARS))
-
-
 # A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
 DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
                       r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
@@ -741,19 +730,25 @@ def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
 
 PIN_SHARE = 0.10  # the user's words a summary quotes may take this share of what the history may hold,
 USER_TOKENS = 1_000  # and at most this many tokens
+SAID = 8  # the user's other requests the state carries, the newest, each of at most SAID_CHARS
+SAID_CHARS = 600  # characters (the archive holds every request whole)
 TASK_NOTE = "The user's task, verbatim:"
+SAID_NOTE = "The user's other requests, the newest last:"
 LATEST_NOTE = "The user's latest request, verbatim:"
 
 
 def carry_user_words(state: "CompactState", messages: list[dict], kept: list[dict]) -> None:
     """Carry in `state` what the user said that leaves `messages` (what is not in `kept`): the task
-    (the first request), every rule, and the latest request, verbatim. Every strategy calls this,
-    so a summary model that forgets cannot lose them; nothing is re-read from an old summary."""
+    (the first request), every rule, the other requests and the latest one, verbatim. The one channel
+    of the user's words: every strategy calls this and the summary message renders it (user_notes),
+    so a summary model that forgets cannot lose them, and no summary section repeats them."""
     requests, stays = user_requests(messages), {id(m) for m in kept}
     if requests and not state.task and id(requests[0]) not in stays:
         state.task = content_text(requests[0])
     if requests:
         state.latest = content_text(requests[-1])
+    said = [" ".join(content_text(m).split())[:SAID_CHARS] for m in requests[1:] if id(m) not in stays]
+    state.said = list(dict.fromkeys(state.said + [x for x in said if x]))[-SAID:]
     state.pinned = pin(state.pinned, find_constraints([m for m in requests if id(m) not in stays]))
 
 
@@ -771,9 +766,12 @@ def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: b
         return f"{title}\n{text if whole or text_tokens(text) <= budget else cut_text(text, budget, where, (10, 10))}"
     task = verbatim(TASK_NOTE, state.task, False)
     latest = verbatim(LATEST_NOTE, state.latest, whole) if state.latest != state.task else ""
-    said = "\n".join([*shown, task, latest])  # a rule the request it came from still shows is not repeated
-    pins = pins_text([p for p in state.pinned if p not in said], budget, archived)
-    return "\n\n".join(p for p in (task, pins, latest) if p)
+    others = newest_within((x for x in reversed(state.said) if x not in (state.task, state.latest)
+                            and not any(x in y for y in shown)), budget, overhead=2)[::-1]
+    said = (SAID_NOTE + "".join(f"\n- {x}" for x in others)) if others else ""
+    words = "\n".join([*shown, task, said, latest])  # a rule the request it came from still shows is not repeated
+    pins = pins_text([p for p in state.pinned if p not in words], budget, archived)
+    return "\n\n".join(p for p in (task, said, pins, latest) if p)
 
 
 def call_paths(call: dict) -> list[str]:
@@ -785,15 +783,16 @@ def call_paths(call: dict) -> list[str]:
     return [] if call_name(call) in WRITE_TOOLS else PATH.findall(call_arguments(call))
 
 
-def files_touched(messages: list[dict]) -> tuple[list[str], list[str]]:
-    """(read, changed): the files calls named, in first-seen order; changed only from the paths of
-    write and edit calls."""
-    read: dict[str, None] = {}  # ordered sets: a long history names many files
-    changed: dict[str, None] = {}
+def files_touched(messages: list[dict]) -> dict[str, bool]:
+    """The one file tracker: every file the calls named, in the order last used, with True for a
+    file a write or an edit changed (only their paths count as changed). The summary's Files
+    sections, the recent files and a task's complexity all read it."""
+    files: dict[str, bool] = {}  # ordered: a long history names many files
     for m in messages:
         for call in m.get("tool_calls") or []:
-            (changed if call_name(call) in WRITE_TOOLS else read).update(dict.fromkeys(call_paths(call)))
-    return list(read), [p for p in changed if p not in read] + [p for p in changed if p in read]
+            for path in call_paths(call):
+                files[path] = files.pop(path, False) or call_name(call) in WRITE_TOOLS
+    return files
 
 
 def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
@@ -823,19 +822,27 @@ def render_summary(sections: dict[str, list[str]]) -> str:
 
 
 EARLIER = "Earlier, in one line"  # a graded summary's oldest progress, folded into one line
-SECTIONS = ("Goal", EARLIER, "User constraints (verbatim)", "User's code (verbatim)", "User said", "Decisions",
-            "Files changed", "Files read", "Files in outputs", "Errors seen", "Identifiers",
-            "Calls (arguments verbatim)", "Tools run", "Progress", "Next step", "Relevant to the focus")
-# Past the budget these give way first, the first named first; the task and the user's rules never do.
-EXPENDABLE = ("Progress", "Relevant to the focus", "User said", "Identifiers", "Files in outputs",
-              "Calls (arguments verbatim)", "Files read", "Decisions", "Errors seen", "User's code (verbatim)",
-              "Files changed")
-NEWEST = {"User said": 8, "Progress": 3, "Next step": 1, "Relevant to the focus": 5}  # items a section keeps, the
-# newest (a user's message 600 characters, whole in the archive; the user's rules are pinned apart)
+# The one summary format: the sections a model is asked for (SECTIONS_PROMPT) and the offline summary
+# writes, in this order. The user's words are not among them: the state carries them (user_notes).
+SECTIONS = {EARLIER: "the oldest progress, in one line, when an earlier summary had it",
+            "Decisions": "what was decided, and why",
+            "Files changed": "every file written or edited, its path exactly as written",
+            "Files read": "the files read",
+            "Files in outputs": "the files tool outputs named that the next steps may need",
+            "Errors seen": "each error exactly as written, and how it was resolved",
+            "Identifiers": "ids, numbers and names the next steps may need, exactly as written, comma-separated",
+            "Calls (arguments verbatim)": "the commands and arguments the agent may run again, word for word",
+            "Tools run": "each tool and how many times it ran",
+            "Progress": "what is done",
+            "Next step": "what to do next",
+            "Relevant to the focus": "what matters for the focus, when one is given"}
+# Past the budget these give way first, the first named first.
+EXPENDABLE = ("Progress", "Relevant to the focus", "Identifiers", "Files in outputs", "Calls (arguments verbatim)",
+              "Files read", "Decisions", "Errors seen", "Files changed")
+NEWEST = {"Progress": 3, "Next step": 1, "Relevant to the focus": 5}  # items a section keeps, the newest
 # Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
 # share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
-SHARES = {"Identifiers": IDENTIFIER_SHARE, "Calls (arguments verbatim)": CALL_SHARE, "Files in outputs": 0.10,
-          "User's code (verbatim)": 0.10}
+SHARES = {"Identifiers": IDENTIFIER_SHARE, "Calls (arguments verbatim)": CALL_SHARE, "Files in outputs": 0.10}
 SUMMARY_SHARE = 0.10  # a summary may take this share of what it replaces, and at least SUMMARY_TOKENS
 DETAIL_CHARS = 100  # an old item that must give way is first shortened to this many characters
 EARLIER_CHARS = 600  # the one line of the oldest progress; past it, its oldest parts go
@@ -873,18 +880,16 @@ def typed_text(call: dict) -> str:
 
 def extractive_items(plain: list[dict], focus: str | None, budget: int) -> dict[str, list[str]]:
     """What the messages hold for each section, the oldest first (lesson 04)."""
-    said = [" ".join(content_text(m).split())[:600] for m in user_requests(plain)]  # whole in the archive
     told = [content_text(m) for m in plain if m["role"] == "assistant" and content_text(m)]
-    read, changed = files_touched(plain)
+    files = files_touched(plain)
     texts = [content_text(m) + " " + " ".join(typed_text(c) for c in m.get("tool_calls") or []) for m in plain]
     # what the agent typed (its calls' arguments) it tends to type again: those identifiers come first
     typed = [typed_text(c) for m in plain for c in m.get("tool_calls") or []]
     room = int(IDENTIFIER_SHARE * budget)
     tools = Counter(call_name(c) for m in plain for c in m.get("tool_calls") or [])
-    return {"Goal": said[:1], "User constraints (verbatim)": find_constraints(plain),
-            "User's code (verbatim)": user_code(plain), "User said": said[1:],
-            "Decisions": [s[:300] for text in told for s in sentences(text) if DECISION.search(s)],
-            "Files changed": changed, "Files read": read,
+    return {"Decisions": [s[:300] for text in told for s in sentences(text) if DECISION.search(s)],
+            "Files changed": [p for p, changed in files.items() if changed],
+            "Files read": [p for p, changed in files.items() if not changed],
             "Files in outputs": [p for m in plain if m["role"] == "tool" for p in PATH.findall(content_text(m))],
             "Errors seen": [line.strip()[:200] for t in texts for line in t.split("\n") if ERROR_LINE.search(line)],
             "Identifiers": newest_within(identifiers(typed, room, CODE_NAME) + identifiers(texts, room), room)[::-1],
@@ -928,14 +933,12 @@ def summarize_extractive(messages: list[dict], focus: str | None = None, budget:
     `graded` folds its progress into one line (lessons 04, 10)."""
     budget = budget or max(least, int(SUMMARY_SHARE * estimate_tokens(messages)))
     old, new = earlier_sections(messages, graded), extractive_items([m for m in messages if not is_generated(m)], focus, budget)
-    new["User said"] = new["Goal"] + new["User said"] if old.get("Goal") else new["User said"]
     sections = {t: old.get(t, []) + new.get(t, []) for t in SECTIONS}
     sections = {t: items if t in SHARES else list(dict.fromkeys(items)) for t, items in sections.items()}
     tools: Counter = Counter()
     for name, n in re.findall(r"(\S+) ×(\d+)", ", ".join(sections["Tools run"])):
         tools[name] += int(n)
     sections["Tools run"] = [", ".join(f"{name} ×{n}" for name, n in sorted(tools.items()))] if tools else []
-    sections["Goal"] = sections["Goal"][:1]  # the task; the user's later words are what the user said
     sections["Files read"] = [p for p in sections["Files read"] if p not in sections["Files changed"]]
     sections["Files in outputs"] = distinct_paths(sections["Files in outputs"],
                                                   sections["Files changed"] + sections["Files read"])
@@ -1038,19 +1041,13 @@ def split_to_fit(line: str, room: int) -> list[str]:
     return [parts[0]] + [f"[… continued] {p}" for p in parts[1:]]
 
 
-SECTIONS_PROMPT = SUMMARY_PROMPT + """
-
-Write the summary in these sections:
-## Goal - the task, in the user's words
-## User constraints (verbatim) - every instruction from the user that limits the agent, word for word
-## Decisions - what was decided, and why
-## Files and identifiers - paths, ids, numbers and names the next steps may need, exactly as written
-## Errors seen - errors, and how each was resolved
-## Progress - what is done
-## Next step - what to do next
+SECTIONS_PROMPT = (SUMMARY_PROMPT + "\n\nWrite the summary in these sections, each a `## ` heading with `- ` items:\n"
+                   + "\n".join(f"## {title} - {what}" for title, what in SECTIONS.items()) + """
 
 Keep exact numbers, paths and error messages. Mark any statement you cannot check against the \
-transcript with "(unverified)"."""
+transcript with "(unverified)". The user's own words are kept beside the summary: do not repeat them.""")
+
+
 def summary_request(previous: str, chunk: str, focus: str | None = None) -> list[dict]:
     """The summarizer's chat for one piece: instructions, the summary so far, the new turns."""
     parts = []
@@ -1108,16 +1105,27 @@ def summarize_with_model(messages: list[dict], focus: str | None = None, *, clie
     return summary
 
 
+FACTS = ("Files changed", "Errors seen", "Identifiers")  # what a model's summary may not drop
+
+
 def backfill(summary: str, messages: list[dict]) -> str:
-    """What the extractive pass finds and the model's summary left out (the user's words, errors,
-    identifiers) is appended, so a weak summary model cannot erase them (lesson 04)."""
+    """The facts the extractive pass finds in the messages (FACTS) and the model's summary left out,
+    added under the same headings: one format, so a weak summary model cannot erase them (lesson 04)."""
     wanted = parse_summary(summarize_extractive(messages))
-    missing = {title: [x for x in wanted.get(title, []) if x not in summary]
-               for title in ("Goal", "User constraints (verbatim)", "User said", "Files changed", "Errors seen")}
-    ids = [x for line in wanted.get("Identifiers", []) for x in line.split(", ") if x not in summary]
-    missing["Identifiers"] = [", ".join(ids)] if ids else []
-    extra = render_summary({f"{title} (kept from the turns)": x for title, x in missing.items()})
-    return summary + ("\n\n" + extra if extra else "")
+    for title in FACTS:
+        items = [x for line in wanted.get(title, []) for x in (line.split(", ") if title == "Identifiers" else [line])]
+        missing = [x for x in items if x not in summary]
+        if not missing:
+            continue
+        added = "\n- " + (", ".join(missing) if title == "Identifiers" else "\n- ".join(missing))
+        heading = re.search(rf"^## {re.escape(title)}[^\n]*$", summary, re.M)
+        if heading is None:  # the model wrote no such section
+            summary = summary.rstrip() + f"\n\n## {title}{added}"
+        else:  # at the end of the model's own section
+            end = summary.find("\n## ", heading.end())
+            end = len(summary.rstrip()) if end < 0 else end
+            summary = summary[:end].rstrip() + added + summary[end:]
+    return summary
 
 
 UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages do not back up
@@ -1439,6 +1447,7 @@ class CompactState:
     last_error: str = ""  # the last of those failures, for /context
     summary: str = ""  # the rolling summary, updated by every compaction that summarizes
     task: str = ""  # the user's first request, verbatim, once its message left the context
+    said: list[str] = field(default_factory=list)  # the user's other requests, the newest SAID of them
     latest: str = ""  # the user's latest request, verbatim
     pinned: list[str] = field(default_factory=list)  # every rule the user typed, verbatim
     recent_files: list[str] = field(default_factory=list)  # the last files the agent used, newest last
@@ -1489,10 +1498,10 @@ class Budget:
 def task_complexity(messages: list[dict]) -> float:
     """A task's complexity, 0 to 1: the files the task touched and the kinds of error it met; twenty
     of them together count as the most complex task (lesson 16)."""
-    read, changed = files_touched(messages)
+    files = files_touched(messages)
     kinds = {error_kind(line) for m in messages if m.get("role") == "tool"
              for line in content_text(m).split("\n") if ERROR_LINE.search(line)}
-    return min(1.0, (len(set(read + changed)) + len(kinds)) / 20)
+    return min(1.0, (len(files) + len(kinds)) / 20)
 
 
 PREFIX_STEPS = ("mask", "snip", "clear", "dedupe", "shorten")  # they rewrite messages already sent
@@ -1867,15 +1876,11 @@ class Compactor:
     def note_files(self, messages: list[dict]) -> None:
         """evo-agent's RecentFiles: every file a call read or wrote, in the order used, the last
         RECENT_FILES of them; noted at every call, not only when messages leave (lesson 13)."""
-        files = dict.fromkeys(self.state.recent_files)  # ordered, and indexed: a long history names many
         start = next((i + 1 for i in range(len(messages) - 1, -1, -1) if messages[i] is self._noted), 0)
         self._noted = messages[-1] if messages else None  # the next call reads only what came after it
-        for m in messages[start:]:
-            for call in m.get("tool_calls") or []:
-                if call_name(call) in ("read_file", *WRITE_TOOLS):
-                    for path in call_paths(call):
-                        files[path] = files.pop(path, None)  # the most recent use moves it last
-        self.state.recent_files = list(files)[-RECENT_FILES:]
+        used = list(files_touched(messages[start:]))  # the one file tracker; the most recent use moves a file last
+        self.state.recent_files = [p for p in self.state.recent_files if p not in used][-RECENT_FILES:] + used
+        self.state.recent_files = self.state.recent_files[-RECENT_FILES:]
 
     def summary_message(self, messages: list[dict] = (), focus: str | None = None, kept: list[dict] = (),
                         whole: bool = True) -> dict:

@@ -105,7 +105,7 @@ def test_a_failing_summarizer_still_leaves_a_history_that_fits(tmp_path, failing
     assert c.guard.state.last_error  # the failure was seen, and the offline summary took over
     assert_fits_and_archived(c, HISTORY, out)
     summary = next(m for m in out if compact.is_summary(m))
-    assert "## Goal" in compact.content_text(summary)
+    assert "## Tools run" in compact.content_text(summary)  # the structured offline summary
     # the structured offline summary of exactly what the failing summarizer was given took over
     assert compact.summary_body(summary) == compact.summarize_extractive(summarizer.given[0])  # no focus asked
     assert c.guard.state.last_error not in context_text(out)
@@ -176,7 +176,8 @@ def test_the_guard_backfills_identifiers_and_errors_a_weak_model_summary_dropped
     guard = compact.SummaryGuard(lambda messages, focus=None: "## Progress\n- looked into the cart")
     text = guard(CART_WORK)
     assert text.startswith("## Progress\n- looked into the cart\n")  # the model's summary comes first
-    assert "KeyError: 'cart_total'" in text and "HAT123" in text and "src/cart.py" in text
+    assert "KeyError: 'cart_total'" in text and "HAT123" in text  # the user's words are the state's (test_user_words)
+    assert compact.parse_summary(text)["Errors seen"] == ["KeyError: 'cart_total'"]  # under the model's own headings
     assert guard.state.last_error == ""
 
 
@@ -202,7 +203,7 @@ def test_a_failing_model_server_still_leaves_a_history_that_fits(tmp_path, fake_
     assert server.requests  # the real client did reach the server (and retried)
     assert_fits_and_archived(c, HISTORY, out)
     assert SERVER_ERRORS[status]["error"]["message"] not in context_text(out)
-    assert "## Goal" in context_text(out)  # the offline summary took over
+    assert "## Tools run" in context_text(out)  # the offline summary took over
 
 
 def test_the_breaker_stops_calling_a_failing_model_server(tmp_path, fake_openai, injected):

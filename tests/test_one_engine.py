@@ -48,7 +48,8 @@ def test_the_sawtooth_and_the_ladder_summarize_the_same_middle_into_the_same_sec
     sawtooths = compact.SummaryGuard()(middle)
     ladders = compact.Compactor(context_window=8_000, reserved_output=1_000).guard(middle)
     assert list(compact.parse_summary(sawtooths)) == list(compact.parse_summary(ladders))
-    assert sawtooths == ladders and "## Goal\n- Survey the project" in sawtooths
+    assert sawtooths == ladders and "## Files changed\n- REPORT.md\n- src/app.py" in sawtooths
+    assert "Survey the project" not in sawtooths  # the user's words are the state's, rendered below a summary
 
 
 @pytest.mark.parametrize("summarize", SUMMARIZERS.values(), ids=SUMMARIZERS)
@@ -60,7 +61,7 @@ def test_files_changed_come_only_from_the_paths_of_write_and_edit_calls(summariz
 
 
 def test_the_files_a_call_touched_are_its_path_argument_a_makefile_too():
-    assert compact.files_touched(surveyed()) == (["Makefile", "src/app.py"], ["REPORT.md", "src/app.py"])
+    assert compact.files_touched(surveyed()) == {"Makefile": False, "REPORT.md": True, "src/app.py": True}
     compactor = compact.Compactor(policy="layered")
     compactor.note_files(surveyed())
     assert compactor.state.recent_files == ["Makefile", "REPORT.md", "src/app.py"]
