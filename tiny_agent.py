@@ -770,8 +770,7 @@ from dataclasses import asdict, fields, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError,  # noqa: E402
                      check_messages, compaction_stats, content_text, estimate_tokens, is_summary, model_configured,
-                     request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text,
-                     admit_tool_result)
+                     request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -924,7 +923,6 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
                              if name in POLICIES[config.strategy]})
     return Compaction(config.strategy, compactor.compact, refused=compactor.refused,
                       describe=functools.partial(describe_compaction, compactor),
-                      admit=functools.partial(admit_tool_result, compactor),
                       state=compactor.state, archive=archive, guard=compactor.guard,
                       meter=functools.partial(trigger_meter, compactor))
 

@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compact import (IDENTIFIER, POLICIES, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
+from compact import (EVERY_CALL, IDENTIFIER, POLICIES, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
-                     mask_old_tool_results, mask_secrets, message_tokens, reasoning_text, admit_tool_result,
+                     mask_old_tool_results, mask_secrets, message_tokens, reasoning_text,
                      summarize_extractive, summary_body, summary_request, text_tokens,
                      transcript_chunks)
 from conversations import generate_conversation, generate_thinking_conversation, load_trajectories
@@ -64,9 +64,9 @@ class CountingSummarizer:
         self.summarize = summarize or SUMMARIZE
         self.calls = self.input_tokens = self.output_tokens = 0
 
-    def __call__(self, messages: list[dict], focus: str | None = None, request: str | None = None) -> str:
+    def __call__(self, messages: list[dict], focus: str | None = None, request: str | None = None, **options) -> str:
         guard = hasattr(self.summarize, "stood_in")  # a Compactor's guard takes the latest request too
-        text = self.summarize(messages, focus, request) if guard else self.summarize(messages, focus)
+        text = self.summarize(messages, focus, request, **options) if guard else self.summarize(messages, focus)
         requests = model_requests(messages, focus or request, text)
         self.calls += 1
         self.input_tokens += sum(estimate_tokens(r) for r in requests)
@@ -114,12 +114,11 @@ def counted(compactor: Compactor, summarizer: CountingSummarizer) -> Compactor:
 
 @dataclass
 class Strategy:
-    """`start(summarizer)` returns (compact, admit): compact(history) -> the request; admit(call,
-    output) -> the text a tool result enters the history with, or None to keep outputs as they are.
-    `feeds_back`: the request replaces the history (a compactor), or is only a view of it (a window)."""
+    """`start(summarizer)` returns compact(history) -> the request. `feeds_back`: the request replaces
+    the history (a compactor), or is only a view of it (a window)."""
 
     name: str
-    start: Callable[[CountingSummarizer], tuple[Callable, Callable | None]]
+    start: Callable[[CountingSummarizer], Callable]
     feeds_back: bool = True
     from_compact_py: bool = True  # False for the two baselines: none and the naive window
     uses_window: bool = True  # False: what it sends does not depend on the window (only "over" does)
@@ -140,10 +139,10 @@ def ladder(policy: str, window: int, name: str | None = None, skip: tuple[str, .
     """A Compactor policy at `window` (a quarter reserved for the answer), its summaries counted;
     `skip` names rungs left out (the Compactor's `layers` are the policy's others, in order);
     `settings` go to Compactor."""
-    layers = tuple(step for step in POLICIES[policy]["layers"] if step not in skip) if skip else ()
+    if skip:
+        settings["layers"] = tuple(step for step in POLICIES[policy]["layers"] if step not in skip)
     return compactor_strategy(name or policy, lambda: Compactor(
-        context_window=window, reserved_output=window // 4, policy=policy, summarize=summarize,
-        layers=layers, **settings))
+        context_window=window, reserved_output=window // 4, policy=policy, summarize=summarize, **settings))
 
 
 def preset(name: str, window: int) -> Strategy:
@@ -160,15 +159,14 @@ def preset(name: str, window: int) -> Strategy:
 
 
 def compactor_strategy(name: str, make: Callable[[], Compactor]) -> Strategy:
-    """A Strategy around the Compactor `make()` builds, counted(); zones admit tool results."""
+    """A Strategy around the Compactor `make()` builds, counted()."""
     def start(summarizer):
         compactor = counted(make(), summarizer)
 
         def compact(history):
             return compactor.compact(history)
         compact.compactor = compactor  # for a reader who wants its report or state
-        return compact, (lambda call, output: admit_tool_result(compactor, call, output)) if compactor.admit_tokens \
-            else None
+        return compact
     return Strategy(name, start)
 
 
@@ -177,10 +175,10 @@ def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: in
     """The strategies of the benchmark, with the parameters the issue names, then every preset of
     compact.PRESETS (issue 16)."""
     return [
-        Strategy("none", lambda s: (lambda h: h, None), from_compact_py=False, uses_window=False),
-        Strategy(f"window {last}", lambda s: (lambda h: sliding_window(h, last), None), feeds_back=False,
+        Strategy("none", lambda s: (lambda h: h), from_compact_py=False, uses_window=False),
+        Strategy(f"window {last}", lambda s: (lambda h: sliding_window(h, last)), feeds_back=False,
                  from_compact_py=False, uses_window=False),
-        Strategy(f"mask {mask_window}", lambda s: (lambda h: mask_old_tool_results(h, keep_last=mask_window), None),
+        Strategy(f"mask {mask_window}", lambda s: (lambda h: mask_old_tool_results(h, keep_last=mask_window)),
                  uses_window=False),
         ladder("sawtooth", window, f"sawtooth {threshold}/{keep_recent}", summarize=SUMMARIZE, threshold=threshold,
                keep_recent=keep_recent),
@@ -198,17 +196,23 @@ def cache_strategies(window: int, last: int = 20) -> list[Strategy]:
     """Issue 16.2: the layered ladder with cache-first batching at each of CACHE_MIN_TOKENS, and with
     masking before every call (seed 000's MicroCompact) without and with batching; the ladder as it
     is (masking at the trigger, each prefix-changing step on its own) is "layered"."""
+    rungs = POLICIES["layered"]["layers"]
+    prefix = ("mask", "snip", "clear", "dedupe", "shorten")  # the steps that rewrite messages already sent
+
+    def cache_first(n: int) -> tuple:
+        return (rungs[0], ("batch", {"frees": n, "steps": prefix}), *rungs[1 + len(prefix):])
+    n = CACHE_MIN_TOKENS[0]
     return [  # beside "none" and "layered", which the main table has replayed already (cache_rows)
-        *(ladder("layered", window, f"cache-first {n:,}", cache_min_tokens=n) for n in CACHE_MIN_TOKENS),
-        ladder("layered", window, "mask every call", every_call=("mask",)),
-        ladder("layered", window, f"mask every call, cache-first {CACHE_MIN_TOKENS[0]:,}", every_call=("mask",),
-               cache_min_tokens=CACHE_MIN_TOKENS[0]),
+        *(ladder("layered", window, f"cache-first {n:,}", layers=cache_first(n)) for n in CACHE_MIN_TOKENS),
+        ladder("layered", window, "mask every call", layers=(("mask", EVERY_CALL), *rungs)),
+        ladder("layered", window, f"mask every call, cache-first {n:,}",  # the mask before every call batched too
+               layers=(("batch", {"frees": n, "steps": ("mask",), **EVERY_CALL}), *cache_first(n))),
     ]
 
 
 def reasoning_strategies(window: int, last: int = 20) -> list[Strategy]:
     """Issue 12.3: every ladder policy with and without its first rung, drop_old_reasoning."""
-    out = [Strategy("none", lambda s: (lambda h: h, None), from_compact_py=False)]
+    out = [Strategy("none", lambda s: (lambda h: h), from_compact_py=False)]
     for policy in ("layered", "hybrid", "zones"):
         out += [ladder(policy, window), ladder(policy, window, f"{policy} no rung", skip=("reasoning",))]
     return out
@@ -385,8 +389,8 @@ class Memo:
 def replay(messages: list[dict], strategy: Strategy, window: int, facts=()) -> Run:
     """Play `messages` like the agent loop that wrote them, compacting before every model call."""
     summarizer = CountingSummarizer()
-    compact, admit = strategy.start(summarizer)
-    run, history, calls = Run(strategy.name), [], {}
+    compact = strategy.start(summarizer)
+    run, history = Run(strategy.name), []
     memo = conversation_memo(messages)
     meter = Meter(run, window, memo)
     for i, message in enumerate(messages):
@@ -411,12 +415,6 @@ def replay(messages: list[dict], strategy: Strategy, window: int, facts=()) -> R
                 counts[0] += len(wanted)
             if strategy.feeds_back:
                 history = list(request)
-        if role == "assistant":
-            calls = {c.get("id"): c for c in message.get("tool_calls") or []}
-        elif role == "tool" and admit is not None and message.get("tool_call_id") in calls:
-            output = admit(calls[message["tool_call_id"]], content_text(message))
-            if output != content_text(message):
-                message = {**message, "content": output}
         history.append(message)
     run.summaries, run.summary_input, run.summary_output = (summarizer.calls, summarizer.input_tokens,
                                                             summarizer.output_tokens)

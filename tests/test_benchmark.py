@@ -85,7 +85,7 @@ def test_a_preset_is_its_design_documents_compactor_with_the_ladders_summaries_c
     calls = {}
     for name, settings in PRESETS.items():
         summarizer = benchmark.CountingSummarizer()
-        compact, _ = benchmark.preset(name, 8_000).start(summarizer)
+        compact = benchmark.preset(name, 8_000).start(summarizer)
         compactor, guard = compact.compactor, summarizer.summarize
         assert all(getattr(compactor, key) == value for key, value in settings.items()), name
         assert compactor.guard is summarizer and guard.summarize is guard.offline, name  # graded when the preset is
@@ -102,14 +102,14 @@ def test_the_five_layer_light_tier_runs_through_the_counting_summarizer():
     start = strategy.start
 
     def watched(summarizer):
-        compact, admit = start(summarizer)
+        compact = start(summarizer)
         assert summarizer.offline is compact.compactor.guard.summarize.offline
 
         def run(history):
             out = compact(history)
             steps.extend(name for name, *_ in compact.compactor.report)
             return out
-        return run, admit
+        return run
     strategy.start = watched
     run = benchmark.replay(generate_conversation(60, seed=2).messages, strategy, 8_000)
     assert "light" in steps and run.summaries == steps.count("summary")
@@ -365,7 +365,7 @@ def test_an_identifier_counts_only_when_it_appeared_earlier_and_is_kept_only_whe
                 {"role": "assistant", "content": None,
                  "tool_calls": [call("c2", "get_reservation", reservation_id="K1PQ9X", note="NEW123")]},
                 {"role": "tool", "tool_call_id": "c2", "content": "ok"}]
-    forget = benchmark.Strategy("forget", lambda s: (lambda h: [h[0], h[1]] if len(h) > 3 else h, None),
+    forget = benchmark.Strategy("forget", lambda s: (lambda h: [h[0], h[1]] if len(h) > 3 else h),
                                 feeds_back=False)
     none = benchmark.replay(messages, benchmark.strategies(8_000)[0], 8_000)
     run = benchmark.replay(messages, forget, 8_000)
@@ -440,7 +440,7 @@ def test_skipping_the_reasoning_rung_never_runs_it():
     history = generate_thinking_conversation(40, seed=0).messages
     reports = []
     for skip in ((), ("reasoning",)):
-        compact, _ = benchmark.ladder("layered", 8_000, skip=skip).start(benchmark.CountingSummarizer())
+        compact = benchmark.ladder("layered", 8_000, skip=skip).start(benchmark.CountingSummarizer())
         compact(history)
         reports.append([name for name, *_ in compact.compactor.report])
     assert reports[0][0] == "reasoning" and reports[1] and "reasoning" not in reports[1]

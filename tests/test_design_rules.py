@@ -70,7 +70,7 @@ def test_a_summarizer_failure_is_said_in_the_summary_never_passed_off_as_a_summa
         made[name] = Compactor(policy=name, context_window=4_000, reserved_output=500, summarize=broken).compact(
             messages, level=1)
     made["last resort"] = Compactor(policy="layered", context_window=4_000, reserved_output=500, summarize=broken).compact(
-        messages, level=1, only=("reasoning", "last resort"))
+        messages, level=2)  # as far as it goes: the last resort too
     for name, out in made.items():
         text = summary_text(out)
         assert "summary model failed" in text or "summary model is paused" in text, (name, text[:300])
@@ -107,7 +107,11 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
         assert "this output alone was ~" in text and compact.text_tokens(text) < 8_000, strategy
         assert len(out) == len(messages) and out[4] is messages[4]  # nothing else changed
         assert any(r["message"]["content"] == huge for r in archive.records()), strategy
-        assert made.compact(unseen) is unseen  # the model has not read it yet: it stays whole
+        if "admit" in compact.step_names(made.compact.__self__.layers):  # zones admit a new output over 2,000 tokens
+            admitted = content_text(made.compact(unseen)[3])
+            assert compact.text_tokens(admitted) <= 2_000 and admitted.startswith("row 0: "), strategy
+        else:
+            assert made.compact(unseen) is unseen  # the model has not read it yet: it stays whole
         assert made.compact(out) is out  # once cut, never cut again
     assert messages == frozen
 
@@ -143,8 +147,9 @@ def test_clearing_an_intermediate_tool_clears_its_whole_record():
     assert compact.find_problems(out) == [] and messages == frozen
     assert compact.clear_tool_results(out) == out  # cleared once
     five = Compactor(policy="five-layer")
-    cleared = dict((name, step) for name, step, _ in Compactor(policy="layered", layers=("clear",)).steps())["clear"](messages, compact.Pass())
-    assert cleared == out and "clear" in five.layers
+    engine = Compactor(policy="layered", layers=("clear",))
+    cleared = {step.name: step.run for step in engine.steps(engine.layers)}["clear"](messages, compact.Pass())
+    assert cleared == out and "clear" in compact.step_names(five.layers)
 
 
 def test_echo_agents_pruner_shortens_long_call_arguments():
@@ -157,7 +162,7 @@ def test_echo_agents_pruner_shortens_long_call_arguments():
     messages += [assistant("All written."), user("Now run the tests.")]
     frozen = copy.deepcopy(messages)
     echo = Compactor(policy="echo-agent", context_window=46_000, reserved_output=1_000, summarize=drifting)
-    assert "shorten" in [name for name, _, _ in echo.steps()]
+    assert "shorten" in [step.name for step in echo.steps(echo.layers)]
     out = echo.compact(messages)
     assert not any(is_summary(m) for m in out)  # the pruner alone was enough: no summary
     written = [c for m in out for c in m.get("tool_calls") or []]
@@ -179,7 +184,7 @@ def test_echo_agent_always_follows_its_summary_with_an_acknowledgement():
     at = next(i for i, m in enumerate(default) if is_summary(m))
     assert default[at + 1]["role"] == "assistant" and default[at + 1] is not compact.ACK  # the case the rule is about
     for out in (Compactor(policy="echo-agent", **small).compact(messages, level=1),
-                Compactor(policy="echo-agent", **small).compact(messages, level=1, only=("last resort",))):
+                Compactor(policy="echo-agent", **small).compact(messages, level=2)):
         at = next(i for i, m in enumerate(out) if is_summary(m))
         assert out[at + 1] == compact.ACK and out[at + 2]["role"] == "user", [m["role"] for m in out]
         assert content_text(out[at + 2]) == "Now check the staging config too."  # the latest request, verbatim

@@ -323,8 +323,9 @@ def test_the_last_resort_falls_back_to_a_short_note_when_the_summary_does_not_fi
     def long_summary(middle, focus=None):  # within the guard's 4,000 tokens, over the whole window
         return "## Progress\n" + "\n".join(f"- step {k} went fine" for k in range(400))
 
-    compactor = Compactor(policy="layered", context_window=3_000, reserved_output=500, summarize=long_summary)
-    out = compactor.last_resort(messages)
+    compactor = Compactor(policy="layered", context_window=3_000, reserved_output=500, summarize=long_summary,
+                          layers=("last resort",))
+    out = compactor.compact(messages, level=2)  # the last resort alone, as far as it goes
     body = compact.summary_body(summary_of(out))
     assert body.startswith("(The summary of the earlier turns did not fit the window") and "step 399" not in body
     assert rule in content_text(summary_of(out)) and compactor.state.pinned == [rule]

@@ -21,8 +21,9 @@ def grow(n: int, size: int = 400) -> list[dict]:
 
 def test_every_preset_builds_and_says_which_steps_it_runs():
     for name in compact.PRESETS:
-        steps = [s[0] for s in Compactor(policy=name).steps()]
-        assert steps[0] == "reasoning" and steps[-1] == "last resort", (name, steps)
+        c = Compactor(policy=name)
+        steps = [step.name for step in c.steps(c.layers)]
+        assert "reasoning" in steps and steps[-1] == "last resort", (name, steps)
     with pytest.raises(ValueError, match="unknown policy"):
         Compactor(policy="nine-layer")
 
@@ -49,7 +50,9 @@ def test_five_layer_snips_a_3000_line_log_to_100_head_and_20_tail_lines():
     log = "\n".join(f"line {i}" for i in range(3_000))
     messages = [system(), user("Why does the job fail?"), *tool_turn("c1", "bash", log, command="cat job.log"),
                 assistant("Looking further."), *tool_turn("c2", "bash", "ok", command="true")]
-    out = Compactor(policy="five-layer").steps()[1][1](messages, compact.Pass())
+    five = Compactor(policy="five-layer")
+    [snip] = five.steps(five.layers[1][1]["steps"][:1])  # its batch's first step, with the document's numbers
+    out = snip.run(messages, compact.Pass())
     lines = content_text(out[3]).split("\n")
     assert lines[:100] == [f"line {i}" for i in range(100)] and lines[100].startswith("[… 2,880 lines cut")
     assert lines[101:] == [f"line {i}" for i in range(2_980, 3_000)]
@@ -58,8 +61,8 @@ def test_five_layer_snips_a_3000_line_log_to_100_head_and_20_tail_lines():
 def test_cache_first_keeps_a_batch_only_when_it_frees_enough_tokens():
     messages = [system(), user("Survey the code."), *grow(12, size=150), user("Go on.")]
     window = int(compact.estimate_tokens(messages) / 0.8)
-    batched = Compactor(policy="layered", context_window=window, reserved_output=0, cache_min_tokens=10**6, layers=(
-        "mask", "clear", "dedupe", "summary"), summarize=summarize_extractive)
+    batched = Compactor(policy="layered", context_window=window, reserved_output=0, layers=(
+        ("batch", {"frees": 10**6, "steps": ("mask", "clear", "dedupe")}), "summary"), summarize=summarize_extractive)
     out = batched.compact(messages)
     names = [name for name, *_ in batched.report]
     assert names[0] == "batch mask+clear+dedupe" and batched.report[0][2] < batched.report[0][1]  # it freed some,
@@ -84,8 +87,9 @@ def test_smart_eviction_keeps_the_chinese_decision_line_while_routine_output_goe
     assert "最终结论：选择方案B，因为它更简单。" in [content_text(m) for m in out]
     assert len(out) < len(messages) and any(content_text(m).startswith("[evicted]") for m in out)
     weights = dict(s for s in c.layers if isinstance(s, tuple))["evict"]["weights"]  # the preset's, as data
+    assert (weights.user, weights.assistant, weights.call, weights.tool) == (3.0, 2.0, 2.0, 0.5)  # 002's roles
     score = compact.importance(messages, (10, 11), 0.5, weights)
-    assert score > compact.importance(messages, (2, 4), 0.5, weights) * 2  # decisions multiply
+    assert score == pytest.approx(1.5 * compact.importance(messages, (2, 4), 0.5, weights))  # a decision: ×1.5
 
 
 def test_smart_eviction_runs_lossy_steps_from_75_percent_where_the_default_zones_stop():
@@ -117,13 +121,10 @@ def test_the_kept_window_grows_with_the_tasks_complexity():
     errors = [m for i in range(12) for m in tool_turn(f"e{i}", "bash", f"E{i}Error: failure kind {chr(65 + i)}",
                                                         command=f"pytest tests/t{i}.py")]
     complex_ = [*simple, *errors]
-    plain = Compactor(policy="layered", context_window=2_000, reserved_output=0)
-    seed = Compactor(policy="layered", context_window=2_000, reserved_output=0, tail_growth=1.0)
-    assert compact.task_complexity(simple) < compact.task_complexity(complex_)
-    grown = [len(messages) - seed.boundaries(messages)[1] - (len(messages) - plain.boundaries(messages)[1])
-             for messages in (simple, complex_)]
-    assert 0 <= grown[0] < grown[1]  # the complex task keeps more raw messages than the simple one gains
-    assert compact.task_complexity(complex_) == 1.0
+    engine, tail = Compactor(policy="smart-eviction", context_window=64_000, reserved_output=0), compact.grown(20, 30)
+    assert compact.task_complexity(simple) < compact.task_complexity(complex_) == 1.0
+    kept = [len(messages) - tail(engine, messages)[1] for messages in (simple, complex_)]
+    assert 20 <= kept[0] < kept[1] == 30  # 002: a window of 20 to 30 messages, growing with the task
 
 
 def test_stats_time_the_failures_and_warn_while_summaries_are_degraded():

@@ -198,10 +198,11 @@ def check_compaction(before: list[dict], out: list[dict], valid_input: bool, sum
         assert out[0] == before[0], "the system prompt moved or changed"
     text = latest_user_text(before)
     in_summary = any(compact.is_summary(m) and text in compact.content_text(m) for m in out)
-    # a request over the user's room beside a summary (at most USER_TOKENS) is quoted to it, whole in the archive
-    long = compact.text_tokens(text) > 100 and any(  # the smallest room these windows give is ~100
-        compact.is_summary(m) and text[:80] in compact.content_text(m) for m in out)
-    assert has_own_message(out, text) or (summary_may_quote and in_summary) or long, "the latest user request was lost"
+    # a request over the user's room (at most USER_TOKENS) stays its own message, cut to it by the one
+    # cutter (whole in the archive): its head, and a marker that says so
+    cut = any(m["role"] == "user" and not compact.is_generated(m) and compact.content_text(m).startswith(text[:40])
+              and " cut: " in compact.content_text(m) for m in out)
+    assert has_own_message(out, text) or (summary_may_quote and in_summary) or cut, "the latest user request was lost"
     if valid_input:
         assert compact.estimate_tokens(out) <= compact.estimate_tokens(before), "compaction grew the history"
 

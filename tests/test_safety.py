@@ -279,7 +279,9 @@ def test_a_summary_that_repeats_an_injection_stays_a_user_note(tmp_path, fake_op
 def test_the_tool_output_summarizer_sees_the_output_only_as_user_data(fake_openai, tried, attack, fragment):
     server = fake_openai(lambda body: (200, chat_response("The log has 300 requests, all served.")))
     call = {"id": "call_log", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat app.log"}'}}
-    compact.admit_tool_result(compact.Compactor(policy="zones", admit_tokens=500), call, CHANNELS["line in a log"](attack))
+    entered = [{"role": "assistant", "content": "", "tool_calls": [call]},
+               {"role": "tool", "tool_call_id": "call_log", "content": CHANNELS["line in a log"](attack)}]
+    compact.admit(compact.Compactor(policy="zones"), entered, compact.Pass(), tokens=500)  # as it enters
     [request] = server.requests
     system, user = request["messages"]
     assert (system["role"], system["content"]) == ("system", compact.TOOL_OUTPUT_PROMPT)

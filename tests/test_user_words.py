@@ -95,9 +95,9 @@ def test_the_task_its_rules_its_ticket_and_the_latest_question_outlive_a_forgetf
         assert words in last, (words, json.dumps(script.turns[-1]["messages"], indent=1)[-4000:])
 
 
-@pytest.mark.parametrize("only", [None, ("reasoning", "last resort")])
+@pytest.mark.parametrize("level", [0, 2], ids=["when due", "as far as it goes"])
 @pytest.mark.parametrize("name", compacting_policies())
-def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_them(name, only):
+def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_them(name, level):
     """Inside: the words that leave live on in the compaction's state, not in the last summary's
     text, and the summary message shows them, after the last resort dropped the task's message too."""
     build = (lambda n, **k: compact.Compactor(policy=n, **k))
@@ -109,7 +109,7 @@ def test_the_compactions_state_carries_the_users_words_and_every_summary_shows_t
         messages += [{"role": "assistant", "content": "", "tool_calls": [
             {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"ls {n}"})}}]},
             {"role": "tool", "tool_call_id": f"c{n}", "content": f"file_{n}.txt " * 60}]
-        messages = compactor.compact(messages, level=int(only is not None), only=only)
+        messages = compactor.compact(messages, level=level)
     assert compactor.state.compactions >= 3
     text = "\n".join(compact.content_text(m) for m in messages)
     for words in (TASK, *RULES, "Finish OPS-4721 now."):
