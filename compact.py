@@ -313,24 +313,14 @@ def part_tokens(part) -> int:
     return text_tokens(json.dumps(part, ensure_ascii=False))
 
 
-_MESSAGE_CACHE: dict[int, tuple] = {}
-
-
 def message_tokens(message: dict) -> int:
     """One message: its text (every part of it), its name, its reasoning, its tool calls, and the
-    framing every message costs, counted once: memoized by the message's identity and the identity of
-    what it holds, so the check before every call sums cached numbers (lesson 03)."""
-    get, hit = message.get, _MESSAGE_CACHE.get(id(message))
-    if (hit is not None and hit[0] is message and hit[1] is get("content") and hit[2] is get("tool_calls")
-            and hit[3] is get("reasoning_content") and hit[4] is get("reasoning") and hit[5] is get("name")):
-        return hit[6]
+    framing every message costs; each text's count comes from the one token memo (lesson 03)."""
     content = message.get("content")
     n = 4 + (sum(part_tokens(p) for p in content) if isinstance(content, list) else text_tokens(content_text(message)))
     n += text_tokens(reasoning_text(message)) + (1 + text_tokens(message["name"]) if message.get("name") else 0)
     for call in message.get("tool_calls") or []:
         n += 3 + text_tokens((call.get("function") or {}).get("name") or "") + text_tokens(call_arguments(call))
-    memoize(_MESSAGE_CACHE, id(message), (message, content, get("tool_calls"), get("reasoning_content"),
-                                          get("reasoning"), get("name"), n))
     return n
 
 
@@ -2138,29 +2128,11 @@ class Weights:
     multiply: bool = False  # role weight × (1 + recency) × 1.5 per matching kind
 
 
-def per_group(cache: dict, group: list[dict], compute: Callable):
-    """compute(group), once per group of messages: eviction scores the same groups again at every
-    compaction (memoized by the identity of the messages and of their contents)."""
-    key = tuple(id(m) for m in group)
-    hit = cache.get(key)
-    if hit is not None and all(m is h and m.get("content") is c for m, (h, c) in zip(group, hit[0])):
-        return hit[1]
-    value = compute(group)
-    memoize(cache, key, (tuple((m, m.get("content")) for m in group), value))
-    return value
-
-
-_KINDS: dict[tuple, tuple] = {}  # a group's kinds, by per_group
-_NOTES: dict[tuple, tuple] = {}  # the cost of a group's eviction note, by per_group
-
-
 def group_kinds(group: list[dict]) -> tuple[bool, bool, bool]:
     """(a decision, an error line, a user's rule) in a group's text."""
-    def kinds(group):
-        text = " ".join(content_text(m) for m in group)
-        return (bool(DECISION.search(text)), bool(ERROR_LINE.search(text)),
-                group[0].get("role") == "user" and bool(CONSTRAINT.search(text)))
-    return per_group(_KINDS, group, kinds)
+    text = " ".join(content_text(m) for m in group)
+    return (bool(DECISION.search(text)), bool(ERROR_LINE.search(text)),
+            group[0].get("role") == "user" and bool(CONSTRAINT.search(text)))
 
 
 def importance(messages: list[dict], group: tuple[int, int], recency: float, w: Weights = Weights()) -> float:
@@ -2220,8 +2192,8 @@ def note_budget(gone: list[dict]) -> int:
 
 
 def note_cost(gone: list[dict]) -> int:
-    """Tokens of the eviction note of one group, written once per group."""
-    return per_group(_NOTES, gone, lambda group: message_tokens(eviction_note(group)))
+    """Tokens of the eviction note of one group."""
+    return message_tokens(eviction_note(gone))
 
 
 def eviction_note(gone: list[dict]) -> dict:
