@@ -105,15 +105,20 @@ def test_mask_secrets_is_linear_on_one_long_word():
 
 
 def test_a_messages_tokens_are_counted_once(monkeypatch):
+    """The one token memo: a text is counted once (the counter is not run again for it), whatever
+    message holds it; a new text is counted anew."""
     counted = []
-    text_tokens = compact.text_tokens
-    monkeypatch.setattr(compact, "text_tokens", lambda text: counted.append(text) or text_tokens(text))
-    message = {"role": "assistant", "content": "reading it", "tool_calls": [call("c1", "read_file", path="a.py")]}
+    monkeypatch.setattr(compact, "_EXACT", [None])  # the heuristic counter, so its calls can be seen
+    heuristic = compact.heuristic_tokens
+    monkeypatch.setattr(compact, "heuristic_tokens", lambda text: counted.append(text) or heuristic(text))
+    message = {"role": "assistant", "content": "reading it " + "x" * 300,
+               "tool_calls": [call("c1", "read_file", path="a.py")]}
     first = compact.message_tokens(message)
     calls = len(counted)
     assert compact.message_tokens(message) == first and len(counted) == calls  # the second time: memoized
-    changed = {**message, "content": "reading it again"}  # a new dict, or new content, is counted anew
-    assert compact.message_tokens(changed) > first and len(counted) > calls
+    assert compact.message_tokens(dict(message)) == first and len(counted) == calls  # another dict, the same texts
+    changed = {**message, "content": "reading it again " + "y" * 300}  # new content is counted anew
+    assert compact.message_tokens(changed) > first and len(counted) == calls + 1
 
 
 def test_when_precise_results_alone_pass_the_window_no_step_runs():
