@@ -1533,7 +1533,7 @@ class Compactor:
         server refused what our estimate said fits; past it, it raises). `usage`: the last request
         sent, with the server's count of it."""
         if level > 2 or (level and not self.layers):
-            raise self.cannot(messages, usage)
+            raise cannot(self, messages, usage)
         run = self.start(messages, focus, level, usage)
         out = self.rules(messages, run)
         if self.layers:  # "none" has no steps: the history is sent as it grows, for comparison
@@ -1545,7 +1545,7 @@ class Compactor:
         noted; the history is measured as the server counts it, and our estimates scaled to it."""
         known = self.tally.known(messages)
         check_messages(messages, known)
-        self.note_files(messages[known:])
+        note_files(self.state, messages[known:])
         self.state.report = []
         head = estimate_tokens(messages[:system_head(messages)]) - 3
         size = request_tokens(messages, usage, self.fixed_tokens, self.tally) - self.fixed_tokens - head - 3
@@ -1562,7 +1562,7 @@ class Compactor:
         too large is its own trigger). The trigger is then judged on what they left."""
         start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
         look = messages[start:]  # the group of the last message seen before, which may have been unseen
-        out = self.cut_request(look, run.effective)
+        out = cut_request(self, look, run.effective)
         if self.layers:
             seen = max((i for i, m in enumerate(out) if m.get("role") == "assistant"), default=-1)
             keep = {id(m) for i, m in enumerate(out) if m.get("role") != "tool" or i > seen}  # unseen stay whole
@@ -1577,20 +1577,6 @@ class Compactor:
         run.size = self.size(out, run)
         return out
 
-    def cut_request(self, messages: list[dict], effective: int) -> list[dict]:
-        """The user's newest request when it is over half the room for messages, cut to it by the one
-        cutter with the user told in one line. Without an archive no word of it may go: it stays
-        whole, and the last resort says when it cannot fit."""
-        latest = next((m for m in reversed(messages) if m.get("role") == "user" and not is_generated(m)), None)
-        room = max(100, effective // 2)
-        if self.archive is None or latest is None or text_tokens(content_text(latest)) <= room:
-            return messages
-        print(f"[cut] your message (~{text_tokens(content_text(latest)):,} tokens) is larger than the window leaves "
-              f"for it (~{room:,}): the model sees its head and tail; the whole message is archived in "
-              f"{self.archive.path}")
-        return cut_over(messages, room, "this message alone would not fit the window; the archive holds it whole",
-                        {id(m) for m in messages if m is not latest})
-
     def run_steps(self, messages: list[dict], entries: tuple, run: Pass) -> list[dict]:
         """The steps in order, cheapest first, each kept only if it shrank the history. A step runs
         when due (`at`) and while the history is over its `until`; the summary is how the engine
@@ -1602,7 +1588,7 @@ class Compactor:
             needed = (self.over(out, step.until, run) or (step.name == "summary" and now and not run.summarized)
                       or (step.name == "last resort" and run.level == 2))
             if needed and self.due(step.at, run):
-                self.check_precise(messages, run)
+                check_precise(self, messages, run)
                 run.tried = run.tried or step.at > 0
                 out = self.apply(step, out, run)
         return out
@@ -1649,7 +1635,7 @@ class Compactor:
         self.archived(messages, out, run)
         after = self.size(out, run)
         if after > run.effective and self.layers:
-            raise self.overflow(out, after)
+            raise overflow(self, out, after)
         self.state.compactions += 1
         self.state.tokens_saved += max(0, run.size - after)
         self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * run.effective else 0
@@ -1686,60 +1672,77 @@ class Compactor:
                   f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
         return refused_size(error) or 0
 
-    def check_precise(self, messages: list[dict], run: Pass) -> None:
-        """Precise results no step may touch: when they alone pass the window, fail before any step runs."""
-        if self.precise_tools and not run.tried:
-            precise = sum(message_tokens(m) for m in precise_messages(messages, self.precise_tools))
-            if precise > run.effective:
-                raise self.overflow(messages, precise)
 
-    def overflow(self, out: list[dict], after: int) -> ContextOverflowError:
-        """What did not fit after the last resort, and how much of it the results of precise tools hold."""
-        precise = sum(message_tokens(m) for m in precise_messages(out, self.precise_tools))
-        return ContextOverflowError(
-            f"the latest turn with the pinned constraints needs {after:,} tokens but only "
-            f"{self.budget.effective(out):,} are left in the window after the last resort"
-            + (f"; the results of precise tools ({', '.join(self.precise_tools)}), which are never "
-               f"compressed, take {precise:,} of them" if precise else "")
-            + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
 
-    def cannot(self, messages: list[dict], usage) -> ContextOverflowError:
-        """Asked to compact harder than as far as it goes, or to compact under a policy with no steps."""
-        tokens = request_tokens(messages, usage, self.fixed_tokens)
-        if not self.layers:
-            return ContextOverflowError(f"the history (~{tokens:,} tokens) no longer fits the window and --strategy "
-                                        f"{self.policy} does not compact: choose another")
-        return ContextOverflowError(f"the request still does not fit the window after compacting it as far as it goes "
-                                    f"(~{tokens:,} tokens, {self.policy}); raise the server's context size and "
-                                    "CONTEXT_WINDOW, or shorten the latest message")
+def cut_request(engine: Compactor, messages: list[dict], effective: int) -> list[dict]:
+    """The user's newest request when it is over half the room for messages, cut to it by the one
+    cutter with the user told in one line. Without an archive no word of it may go: it stays
+    whole, and the last resort says when it cannot fit."""
+    latest = next((m for m in reversed(messages) if m.get("role") == "user" and not is_generated(m)), None)
+    room = max(100, effective // 2)
+    if engine.archive is None or latest is None or text_tokens(content_text(latest)) <= room:
+        return messages
+    print(f"[cut] your message (~{text_tokens(content_text(latest)):,} tokens) is larger than the window leaves "
+          f"for it (~{room:,}): the model sees its head and tail; the whole message is archived in "
+          f"{engine.archive.path}")
+    return cut_over(messages, room, "this message alone would not fit the window; the archive holds it whole",
+                    {id(m) for m in messages if m is not latest})
 
-    def note_files(self, messages: list[dict]) -> None:
-        """evo-agent's RecentFiles: every file a call used, the last RECENT_FILES of them, noted at every
-        call from the new messages (the one file tracker), not only when messages leave (lesson 13)."""
-        used = list(files_touched(messages))  # the most recent use moves a file last
-        self.state.recent_files = ([p for p in self.state.recent_files if p not in used] + used)[-RECENT_FILES:]
+def check_precise(engine: Compactor, messages: list[dict], run: Pass) -> None:
+    """Precise results no step may touch: when they alone pass the window, fail before any step runs."""
+    if engine.precise_tools and not run.tried:
+        precise = sum(message_tokens(m) for m in precise_messages(messages, engine.precise_tools))
+        if precise > run.effective:
+            raise overflow(engine, messages, precise)
 
-    def boundaries(self, messages: list[dict], keep_recent: int | None = None) -> tuple[int, int]:
-        """(head_end, tail_start). The head is the system prompt; the tail is the last `keep_recent`
-        messages (the engine's by default), fewer when those alone pass the trigger, or the newest
-        whole groups within the tail's share of the window; the newest group always (lesson 08)."""
-        head, effective = system_head(messages), self.budget.effective(messages)
-        keep = self.keep_recent if keep_recent is None else keep_recent
-        if keep:
-            return head, find_cut_within(messages, keep, head, int(self.trigger * effective))
-        budget, start, used = self.tail_share * effective, len(messages), 0
-        for first, end in reversed(groups(messages, head)):  # whole groups, the newest first
-            used += sum(message_tokens(m) for m in messages[first:end])
-            if used > budget and start < len(messages):  # the newest group always stays
-                break
-            start = first
-        return head, start
+def overflow(engine: Compactor, out: list[dict], after: int) -> ContextOverflowError:
+    """What did not fit after the last resort, and how much of it the results of precise tools hold."""
+    precise = sum(message_tokens(m) for m in precise_messages(out, engine.precise_tools))
+    return ContextOverflowError(
+        f"the latest turn with the pinned constraints needs {after:,} tokens but only "
+        f"{engine.budget.effective(out):,} are left in the window after the last resort"
+        + (f"; the results of precise tools ({', '.join(engine.precise_tools)}), which are never "
+           f"compressed, take {precise:,} of them" if precise else "")
+        + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
 
-    def user_room(self, messages: list[dict]) -> int:
-        """Tokens the user's words may take beside a summary (the latest request, the task, the rules
-        quoted): PIN_SHARE of what the history may hold, at most USER_TOKENS; longer ones are cut to
-        it, whole in the archive."""
-        return min(USER_TOKENS, int(PIN_SHARE * self.trigger * self.budget.effective(list(messages))))
+def cannot(engine: Compactor, messages: list[dict], usage) -> ContextOverflowError:
+    """Asked to compact harder than as far as it goes, or to compact under a policy with no steps."""
+    tokens = request_tokens(messages, usage, engine.fixed_tokens)
+    if not engine.layers:
+        return ContextOverflowError(f"the history (~{tokens:,} tokens) no longer fits the window and --strategy "
+                                    f"{engine.policy} does not compact: choose another")
+    return ContextOverflowError(f"the request still does not fit the window after compacting it as far as it goes "
+                                f"(~{tokens:,} tokens, {engine.policy}); raise the server's context size and "
+                                "CONTEXT_WINDOW, or shorten the latest message")
+
+def note_files(state: CompactState, messages: list[dict]) -> None:
+    """evo-agent's RecentFiles: every file a call used, the last RECENT_FILES of them, noted at every
+    call from the new messages (the one file tracker), not only when messages leave (lesson 13)."""
+    used = list(files_touched(messages))  # the most recent use moves a file last
+    state.recent_files = ([p for p in state.recent_files if p not in used] + used)[-RECENT_FILES:]
+
+
+def boundaries(engine: Compactor, messages: list[dict], keep_recent: int | None = None) -> tuple[int, int]:
+    """(head_end, tail_start). The head is the system prompt; the tail is the last `keep_recent`
+    messages (the engine's by default), fewer when those alone pass the trigger, or the newest
+    whole groups within the tail's share of the window; the newest group always (lesson 08)."""
+    head, effective = system_head(messages), engine.budget.effective(messages)
+    keep = engine.keep_recent if keep_recent is None else keep_recent
+    if keep:
+        return head, find_cut_within(messages, keep, head, int(engine.trigger * effective))
+    budget, start, used = engine.tail_share * effective, len(messages), 0
+    for first, end in reversed(groups(messages, head)):  # whole groups, the newest first
+        used += sum(message_tokens(m) for m in messages[first:end])
+        if used > budget and start < len(messages):  # the newest group always stays
+            break
+        start = first
+    return head, start
+
+def user_room(engine: Compactor, messages: list[dict]) -> int:
+    """Tokens the user's words may take beside a summary (the latest request, the task, the rules
+    quoted): PIN_SHARE of what the history may hold, at most USER_TOKENS; longer ones are cut to
+    it, whole in the archive."""
+    return min(USER_TOKENS, int(PIN_SHARE * engine.trigger * engine.budget.effective(list(messages))))
 
 
 @dataclass(frozen=True)
@@ -1825,7 +1828,7 @@ def summarize_middle(engine: Compactor, messages: list[dict], run: Pass, tail: C
     by default) becomes one summary, with the user's words carried below it (lesson 10). The latest
     request stays a message, at the tail's start, cut to the user's room when longer. `offline`: the
     extractive summary, no model call (the light tier); `options` go to the guard."""
-    head, start = (tail or Compactor.boundaries)(engine, messages)
+    head, start = (tail or boundaries)(engine, messages)
     requests = user_requests(messages)
     latest = requests[-1] if requests else None
     middle = [m for m in messages[head:start] if m is not latest]
@@ -1834,7 +1837,7 @@ def summarize_middle(engine: Compactor, messages: list[dict], run: Pass, tail: C
         middle = [m for m in messages[head:start] if m is not latest]
     kept = messages[start:]
     if latest is not None and not any(m is latest for m in messages[:head] + kept):
-        room = engine.user_room(messages)
+        room = user_room(engine, messages)
         kept = [*cut_over([latest], room, "the user's latest request is longer than its room; the archive "
                           "holds it whole"), *kept]
     held = precise_messages(middle, engine.precise_tools)  # never summarized: kept after the summary
@@ -1919,7 +1922,7 @@ def summary_with_notes(engine: Compactor, messages: list[dict], focus: str | Non
     words not in `kept`, the focus it was asked for, the recent files (their current text when the
     engine can read it), and where the archive is."""
     effective = engine.budget.effective(list(messages))
-    extra = [user_notes(engine.state, list(kept), engine.user_room(messages), engine.archive is not None, whole)]
+    extra = [user_notes(engine.state, list(kept), user_room(engine, messages), engine.archive is not None, whole)]
     if focus and whole:
         extra.append(f"Focus of this compaction: {focus}")
     if engine.state.recent_files and whole:  # when even the last resort is tight, only the user's words
@@ -2300,7 +2303,7 @@ def evict(engine: Compactor, messages: list[dict], run: Pass, weights: Weights =
           tail: Callable | None = None) -> list[dict]:
     """Importance eviction between head and tail (`tail` finds them, the engine's boundaries by
     default); the user's words that leave are carried by the state (lesson 12)."""
-    head, tail_start = (tail or Compactor.boundaries)(engine, messages)
+    head, tail_start = (tail or boundaries)(engine, messages)
     target = int(engine.target * engine.budget.effective(messages))
     out = evict_by_importance(messages, target, head, tail_start, weights, engine.precise_tools)
     carry_user_words(engine.state, messages, out)
@@ -2408,14 +2411,14 @@ def grown(low: int, high: int) -> Callable:
     """smart eviction's hybrid window as a tail: the last `low` messages raw, growing to `high` with
     the task's complexity (lesson 16)."""
     def tail(engine: Compactor, messages: list[dict]) -> tuple[int, int]:
-        return engine.boundaries(messages, low + round((high - low) * task_complexity(messages)))
+        return boundaries(engine, messages, low + round((high - low) * task_complexity(messages)))
     return tail
 
 
 def from_user(engine: Compactor, messages: list[dict]) -> tuple[int, int]:
     """echo-agent's reassembly: the tail starts at a user message, so the summary and its
     acknowledgement always come as a pair and the turns still alternate (lesson 16)."""
-    head, start = engine.boundaries(messages)
+    head, start = boundaries(engine, messages)
     return head, next((i for i in range(start, len(messages)) if messages[i].get("role") == "user"), start)
 
 
@@ -2441,7 +2444,7 @@ PRESETS = {
     # echo-agent's five stages: its pruner's tool-specific placeholders for all before its token-budget
     # tail, dedupe, snip, long call arguments cut, a summary whose transcript numbers the turns, always
     # acknowledged (the tail starts at a user message), stats that time failures and warn
-    "echo-agent": dict(layers=("reasoning", ("mask", {"tail": Compactor.boundaries}), "dedupe", "snip", "shorten",
+    "echo-agent": dict(layers=("reasoning", ("mask", {"tail": boundaries}), "dedupe", "snip", "shorten",
                                ("summary", {"tail": from_user}), "last resort")),
     # the sawtooth tutorial's closing note: the last messages raw, a rolling summary that grades detail by age
     "sawtooth-tutorial": dict(POLICIES["hybrid"], layers=("reasoning", ("summary", {"graded": True}), "last resort")),

@@ -85,7 +85,7 @@ def as_archived(message) -> str:
 ])
 def test_the_head_is_the_system_prompt_the_task_is_carried_by_the_state(start, head):
     messages = [*start, *reads(6), user("Next one.")]
-    assert compactor_for(messages, 0.9).boundaries(messages)[0] == head
+    assert compact.boundaries(compactor_for(messages, 0.9), messages)[0] == head
 
 
 def parallel_history(batches=6) -> list[dict]:
@@ -103,7 +103,7 @@ def test_the_tail_never_starts_with_a_tool_result(policy):
     messages = parallel_history()
     compactor = compactor_for(messages, 0.9, policy=policy)
     for n in range(3, len(messages) + 1):
-        head, tail = compactor.boundaries(messages[:n])
+        head, tail = compact.boundaries(compactor, messages[:n])
         assert head <= tail <= n
         assert tail == n or messages[tail]["role"] != "tool", f"prefix of {n} messages"
 
@@ -112,7 +112,7 @@ def test_the_tail_never_starts_with_a_tool_result(policy):
 def test_the_newest_group_is_in_the_tail_even_when_bigger_than_the_tail_budget(policy):
     messages = [*task(), *reads(3), *tool_turn("big", "bash", log_output("huge", lines=3_000), command="pytest")]
     compactor = compactor_for(messages, 0.9, policy=policy, keep_recent=1)
-    assert compactor.boundaries(messages)[1] <= len(messages) - 2
+    assert compact.boundaries(compactor, messages)[1] <= len(messages) - 2
 
 
 # --------------------------------------------------------------------------------------------

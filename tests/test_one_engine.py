@@ -62,9 +62,9 @@ def test_files_changed_come_only_from_the_paths_of_write_and_edit_calls(summariz
 
 def test_the_files_a_call_touched_are_its_path_argument_a_makefile_too():
     assert compact.files_touched(surveyed()) == {"Makefile": False, "REPORT.md": True, "src/app.py": True}
-    compactor = compact.Compactor(policy="layered")
-    compactor.note_files(surveyed())
-    assert compactor.state.recent_files == ["Makefile", "REPORT.md", "src/app.py"]
+    state = compact.CompactState()
+    compact.note_files(state, surveyed())
+    assert state.recent_files == ["Makefile", "REPORT.md", "src/app.py"]
 
 
 ORPHANED = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."},
