@@ -105,9 +105,8 @@ def compact_messages(messages: list[dict], summarize=summarize, threshold: int =
 # ============================================================================================
 # Part II · What real servers need: the same sawtooth, made to survive them
 # ============================================================================================
-# The engine at the end of this part is what the agent calls; its default policy is Part I's
-# sawtooth with a token trigger, a summarizer that fits the summary model's window, an archive
-# and a valid list.
+# The engine that opens this part is what the agent calls; its default policy is Part I's sawtooth
+# with a token trigger, a summarizer that fits the summary model's window, an archive and a valid list.
 
 import functools  # noqa: E402
 import math  # noqa: E402  each part's imports stand at its start, so Part I reads alone
@@ -121,14 +120,313 @@ from pathlib import Path  # noqa: E402
 from typing import Callable, Iterable  # noqa: E402
 
 
+# --- The engine: what the loop calls before every request (lessons 02-04, 13) -----------------
+# Without it: everything below stays unused, and the tutorial's sawtooth meets a real server alone.
+# Compactor.compact measures the history (the server's count first), applies the rules every policy
+# shares, runs the policy's steps cheapest first while they are due, and ends at one archive point.
+# What it calls follows in the order it calls it: what it measures, what it cuts, its steps, how it
+# ends, and the refusals it reads.
+
+
+@dataclass
+class Compactor:
+    """The one engine (lesson 13): measure the history (the server's count first); cut what is too
+    large alone; while a step is due (past `trigger` of the window, or over `threshold` messages),
+    run the policy's steps cheapest first, each kept only if it shrank the history, until it is
+    under `target`. What leaves is archived whole before the list is returned; the result is always
+    a valid list, and fits, or it raises. A setting left out (None) takes the policy's value."""
+
+    policy: str = "sawtooth"  # a name of POLICIES: its steps and numbers, for every setting left out
+    context_window: int = 128_000  # tokens the model accepts (CONTEXT_WINDOW)
+    reserved_output: int = 8_000  # tokens kept free for the answer
+    trigger: float | None = None  # start when the history passes this share of the effective window (0.7)
+    target: float | None = None  # and stop once it is under this share (0.5)
+    threshold: int | None = None  # start, too, when the history holds more messages than this; 0: never
+    keep_recent: int | None = None  # the raw tail: this many newest messages; 0: `tail_share` of the window
+    tail_share: float | None = None  # keep_recent 0: the raw tail may take this share of the window (0.2)
+    margin: float | None = None  # share of the window held back for estimate errors (0)
+    summary_tokens: int | None = None  # an extractive summary may take at least this, or a tenth of what it replaces
+    layers: tuple | None = None  # the steps to run, in order (see POLICIES); None: the policy's own
+    fixed_tokens: int = 0  # tokens of the tool schemas every request carries
+    precise_tools: tuple = ()  # results no step may summarize, evict or cut
+    summarize: Callable | None = None  # (messages, focus) -> str; None: model if configured, else offline
+    archive: Archive | None = None  # where everything that leaves is written first
+    reattach: Callable[[str], str | None] | None = None  # reads a file's current text, or None
+    state: CompactState = field(default_factory=lambda: CompactState())
+    guard: SummaryGuard = field(init=False)
+    tally: Tally = field(init=False, repr=False, compare=False)  # the history's tokens, summed once
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        for name, value in {**DEFAULTS, **POLICIES[self.policy]}.items():
+            if getattr(self, name) is None:  # the policy fills only what a person left out
+                setattr(self, name, value)
+        unknown = step_names(self.layers) - set(STEPS)
+        if unknown:
+            raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
+        offline = functools.partial(summarize_extractive, least=self.summary_tokens)
+        offline.extractive = True  # a guard calls it directly: it cannot fail like a model
+        summarize = offline if self.summarize is summarize_extractive else self.summarize  # at this policy's size
+        if isinstance(summarize, SummaryGuard):  # a guard given is shared, and so is its record of failures
+            self.guard, self.state = summarize, summarize.state
+        else:
+            self.guard = SummaryGuard(summarize, offline, state=self.state)
+        self.tally = Tally()
+
+    @property
+    def budget(self) -> Budget:
+        window = min(self.context_window, self.state.window or self.context_window)  # a refusal may name less,
+        reserved = min(self.reserved_output, window // 4) if window < self.context_window else self.reserved_output
+        return Budget(window, reserved, self.trigger, self.target, self.fixed_tokens, self.margin)  # and a
+        # quarter of it is then what the reply keeps, at most what was configured
+
+    @property
+    def report(self) -> list[tuple[str, int, int, float]]:
+        return self.state.report
+
+    def compact(self, messages: list[dict], focus: str | None = None, level: int = 0,
+                usage: tuple[list[dict], int] | None = None) -> list[dict]:
+        """The one call the loop makes before every request: a list that fits, or `messages` itself
+        when nothing needs to change. `level` 0 compacts when due, 1 now, 2 as far as it goes (the
+        server refused what our estimate said fits; past it, it raises). `usage`: the last request
+        sent, with the server's count of it."""
+        if level > 2 or (level and not self.layers):
+            raise cannot(self, messages, usage)
+        run = self.start(messages, focus, level, usage)
+        out = self.rules(messages, run)
+        if self.layers:  # "none" has no steps: the history is sent as it grows, for comparison
+            out = self.run_steps(out, self.layers, run)
+        return self.finish(messages, out, run)
+
+    def start(self, messages: list[dict], focus: str | None, level: int, usage) -> Pass:
+        """This compaction's scratch: only the messages new since the last call are checked and
+        noted; the history is measured as the server counts it, and our estimates scaled to it."""
+        known = self.tally.known(messages)
+        check_messages(messages, known)
+        note_files(self.state, messages[known:])
+        self.state.report = []
+        head = estimate_tokens(messages[:system_head(messages)]) - 3
+        size = request_tokens(messages, usage, self.fixed_tokens, self.tally) - self.fixed_tokens - head - 3
+        run = Pass(focus, level, size=size, ratio=max(1.0, size / max(1, self.tally(messages))), known=known,
+                   effective=self.budget.effective(messages), too_many=0 < self.threshold < len(messages),
+                   given=messages)
+        run.stuck = size <= self.state.floor and size <= run.effective  # no help last time, no growth since
+        return run
+
+    def rules(self, messages: list[dict], run: Pass) -> list[dict]:
+        """What every policy does at every call, on what came since the last (everything when
+        forced): a user message over half the room for messages is cut to it (archived whole), and
+        with steps, an old tool output over TOO_LARGE_SHARE of it once read (five-layer: one message
+        too large is its own trigger). The trigger is then judged on what they left."""
+        start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
+        look = messages[start:]  # the group of the last message seen before, which may have been unseen
+        out = cut_request(self, look, run.effective)
+        if self.layers:
+            seen = max((i for i, m in enumerate(out) if m.get("role") == "assistant"), default=-1)
+            keep = {id(m) for i, m in enumerate(out) if m.get("role") != "tool" or i > seen}  # unseen stay whole
+            limit = int(TOO_LARGE_SHARE * self.budget.effective([]))
+            out = cut_over(out, limit, f"this output alone was ~{{n:,}} tokens, over {TOO_LARGE_SHARE:.0%} of the "
+                                       "window's room for messages, so it was cut once read",
+                           keep | {id(m) for m in precise_messages(out, self.precise_tools)}, to=limit // 4)
+        if out is look:
+            return messages
+        out = [*messages[:start], *out]
+        self.state.report.append(("too large", run.size, self.size(out, run), 0.0))
+        run.size = self.size(out, run)
+        return out
+
+    def run_steps(self, messages: list[dict], entries: tuple, run: Pass) -> list[dict]:
+        """The steps in order, cheapest first, each kept only if it shrank the history. A step runs
+        when due (`at`) and while the history is over its `until`; the summary is how the engine
+        compacts now, so forced or past the threshold it runs whatever `until` says (unless a summary
+        was made already), and as far as it goes (level 2) the last resort runs too."""
+        out = messages
+        for step in self.steps(entries):
+            now = run.level or run.too_many  # compact now: the summary runs, unless one was made already
+            needed = (self.over(out, step.until, run) or (step.name == "summary" and now and not run.summarized)
+                      or (step.name == "last resort" and run.level == 2))
+            if needed and self.due(step.at, run):
+                check_precise(self, messages, run)
+                run.tried = run.tried or step.at > 0
+                out = self.apply(step, out, run)
+        return out
+
+    def steps(self, entries: tuple) -> list[Step]:
+        """Each entry as a Step: its function bound to this engine and its parameters; `at`, `until`
+        and `frees` are the engine's (when it runs, and what keeps its result)."""
+        found = []
+        for entry in entries:
+            name, params = (entry, {}) if isinstance(entry, str) else (entry[0], dict(entry[1]))
+            rule = {k: params.pop(k) for k in ("at", "until", "frees") if k in params}
+            inner = "+".join(e if isinstance(e, str) else e[0] for e in params.get("steps", ()))
+            found.append(Step(f"{name} {inner}" if inner else name, functools.partial(STEPS[name], self, **params),
+                              **{"at": self.trigger, "until": self.target, **rule}))
+        return found
+
+    def due(self, at: float, run: Pass) -> bool:
+        """A step whose share is `at` may run: forced, or every call (`at` 0), or once the history
+        passed that share or holds more messages than the threshold, unless the last compaction did
+        not help and the history has not grown since."""
+        return bool(run.level) or at == 0 or (not run.stuck and (run.size > at * run.effective or run.too_many))
+
+    def apply(self, step: Step, messages: list[dict], run: Pass) -> list[dict]:
+        """Run one step, note it in the report, and keep its result only if it freed at least its
+        `frees` tokens; a step that was not kept leaves no summary behind."""
+        clock, kept = time.perf_counter(), (self.state.summary, self.state.turns)
+        new = step.run(messages, run)
+        before, after = self.size(messages, run), self.size(new, run)
+        self.state.report.append((step.name, before, after, time.perf_counter() - clock))
+        if before - after >= step.frees:
+            return new
+        self.state.summary, self.state.turns = kept
+        return messages
+
+    def finish(self, messages: list[dict], out: list[dict], run: Pass) -> list[dict]:
+        """The one archive point: what `out` no longer holds of `messages` is archived whole, then the
+        list is repaired, checked to fit and counted. `messages` itself when nothing changed (a
+        forced compaction's list is repaired all the same)."""
+        out = repair(out) if out is not messages or run.level else out
+        if out is messages and (run.size <= run.effective or not self.layers):
+            if run.tried:  # nothing helped: wait until the history grows before trying again
+                self.state.floor = int(run.size * GROWTH_BEFORE_RETRY)
+            return messages
+        self.archived(messages, out, run)
+        after = self.size(out, run)
+        if after > run.effective and self.layers:
+            raise overflow(self, out, after)
+        self.state.compactions += 1
+        self.state.tokens_saved += max(0, run.size - after)
+        self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * run.effective else 0
+        return out
+
+    def archived(self, messages: list[dict], kept: list[dict], run: Pass) -> None:
+        """The one archive point: every message of the compaction's input that `kept` does not hold is
+        written whole, once, before it leaves: at the end, and first of all before a summarizer reads
+        what leaves (echo-agent: archive, then summarize; the order cannot be reversed) (lesson 09)."""
+        held = {id(m) for m in kept} | run.archived
+        gone = [m for m in messages if id(m) not in held]
+        run.archived.update(id(m) for m in gone)
+        if self.archive is not None and gone:
+            self.archive.append(gone, self.state.compactions + 1)
+
+    def size(self, messages: list[dict], run: Pass) -> int:
+        """The history's tokens by our estimate, scaled up to the server's count."""
+        return round(self.tally(messages) * run.ratio)
+
+    def over(self, messages: list[dict], share: float, run: Pass) -> bool:
+        """The history passes `share` of the effective window."""
+        return self.size(messages, run) > share * run.effective
+
+    def refused(self, error: Exception) -> int | None:
+        """The server's count when `error` is its "too long" refusal (0 when it gave none), else None.
+        A refusal that names a smaller window than `context_window` narrows every later compaction
+        to it (kept in the state, so --resume keeps it), and the user is told once."""
+        if not is_context_overflow(error):
+            return None
+        window = window_said(error)
+        if window and window < (self.state.window or self.context_window):
+            self.state.window = window
+            print(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={self.context_window:,}: "
+                  f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
+        return refused_size(error) or 0
+
+
+SUMMARY_TOKENS = 2_400  # an extractive summary may take at least this, in tokens (past it, its oldest details shrink
+# first); the sawtooth, which summarizes every 24 messages, gives its own (POLICIES)
+# What a policy does not say, the engine's own settings; a setting a person gives is kept.
+DEFAULTS = dict(trigger=0.7, target=0.5, threshold=0, keep_recent=0, tail_share=0.2, margin=0.0,
+                summary_tokens=SUMMARY_TOKENS, layers=())
+# Each policy as data: its steps, cheapest first (a name of STEPS, or (name, {parameter: value}), where
+# `at` and `until` are shares of the window: the step runs once the history passed `at`, the trigger
+# by default, and while it is over `until`, the target by default), and the numbers it differs in.
+# Part III adds the ladder's policies and the design documents'.
+POLICIES: dict[str, dict] = {
+    "none": dict(layers=()),  # no steps: the history is sent as it grows, for comparison (lesson 01)
+    # the sawtooth: above THRESHOLD messages (or the token trigger), all but the last KEEP_RECENT
+    # (walked back, fewer if those alone are too large) become one summary; the target is its trigger
+    "sawtooth": dict(layers=("reasoning", "summary", "last resort"), threshold=THRESHOLD, keep_recent=KEEP_RECENT,
+                     summary_tokens=1_300, target=0.7),
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step as the engine runs it: its name, its function bound to the engine and its parameters, and
+    the engine's rules for it: it runs once the history passed `at` of the window (0: every call) and
+    while it is over `until`; its result is kept when it frees at least `frees` tokens (cache first:
+    Anthropic's clear_at_least)."""
+
+    name: str
+    run: Callable
+    at: float
+    until: float
+    frees: int = 1
+
+
+@dataclass
+class Pass:
+    """One compaction's scratch, handed from step to step and dropped at its end (lesson 13)."""
+
+    focus: str | None = None  # what the summary must keep, from the compact tool or /compact
+    level: int = 0  # 0: when due; 1: now; 2: as far as it goes
+    size: int = 0  # the history's tokens as the server counts them, after the rules
+    ratio: float = 1.0  # the server's count over our estimate, when it counted more: estimates scale up
+    effective: int = 0  # the room for messages in the window
+    known: int = 0  # messages at the start the engine saw at its last call: only the others are new
+    too_many: bool = False  # more messages than the threshold: the sawtooth's own rule
+    stuck: bool = False  # the last compaction did not help and the history has not grown since
+    tried: bool = False  # a step ran
+    summarized: bool = False  # the summarizer ran: at most one call per compaction
+    given: list[dict] = field(default_factory=list)  # the list compact was given: only its messages are archived
+    archived: set[int] = field(default_factory=set)  # ids of those archived in this compaction
+
+
+@dataclass
+class CompactState:
+    """What lasts from one compaction to the next, and across REPL questions and --resume, for
+    every strategy (lessons 04, 12)."""
+
+    compactions: int = 0
+    turns: int = 0  # the agent's turns summarized so far, so a summary can say which ones it holds
+    tokens_saved: int = 0
+    floor: int = 0  # tokens: after a compaction that did not help, wait until the history passes this
+    failures: int = 0  # summarizer calls that failed and fell back to the offline summary
+    failing: int = 0  # ... of them in a row, until one succeeds
+    paused: int = 0  # compactions left before the summarizer is tried again (the guard's breaker)
+    failed_at: list[float] = field(default_factory=list)  # when each failure happened
+    last_error: str = ""  # the last of those failures, for /context
+    summary: str = ""  # the rolling summary, updated by every compaction that summarizes
+    task: str = ""  # the user's first request, verbatim, once its message left the context
+    said: list[str] = field(default_factory=list)  # the user's other requests, the newest SAID of them
+    latest: str = ""  # the user's latest request, verbatim
+    pinned: list[str] = field(default_factory=list)  # every rule the user typed, verbatim
+    recent_files: list[str] = field(default_factory=list)  # the last files the agent used, newest last
+    window: int = 0  # tokens: the window a server's refusal named when smaller than the configured one
+    report: list[tuple[str, int, int, float]] = field(default_factory=list)  # the last compaction's
+
+
+def step_names(entries: tuple) -> set[str]:
+    """The names of the steps `entries` run, those inside a step made of others too."""
+    names = set()
+    for entry in entries:
+        name, params = (entry, {}) if isinstance(entry, str) else entry
+        names |= {name} | step_names(params.get("steps", ()))
+    return names
+
+
+GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% growth before the next
+RECENT_FILES = 5  # the files a summary names as recently used
+SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
+REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
+
+
 # --- Messages as servers send them (lesson 03) -----------------------------------------------
 # Without it: `content` arrives as None or a list of parts, and a reasoning field rides beside it;
 # code that expects a string fails on the first real reply.
 
 
 ROLES = ("system", "user", "assistant", "tool")
-
-
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek, Qwen, vLLM; newer vLLM
 
 
@@ -220,17 +518,20 @@ def describe_call(call: dict, width: int = 80) -> str:
     return f"{call_name(call)}({shown[:width - 1] + '…' if len(shown) > width else shown})"
 
 
-# --- Tokens (lesson 03) ----------------------------------------------------------------------
+def note_files(state: CompactState, messages: list[dict]) -> None:
+    """evo-agent's RecentFiles: every file a call used, the last RECENT_FILES of them, noted at every
+    call from the new messages (the one file tracker), not only when messages leave (lesson 13)."""
+    used = list(files_touched(messages))  # the most recent use moves a file last
+    state.recent_files = ([p for p in state.recent_files if p not in used] + used)[-RECENT_FILES:]
+
+
+# --- Tokens, as the server counts them (lesson 03) --------------------------------------------
 # Without it: a server refuses by tokens, not by messages: 30 messages of 10 KB logs are 80,000 tokens,
 # and chars/4 is off by half on Chinese and on logs.
 
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"  # kana, Han, Hangul
-
-
 _LOWER = rf"[^\W\d_A-Z{_CJK}]"  # a letter that is neither A-Z nor CJK
-
-
 # Each match is about one o200k token. Only a CJK match captures (group 1), so findall()
 # returns the character for CJK pieces and "" for every other piece.
 _PIECE = re.compile(rf"""
@@ -256,12 +557,8 @@ def heuristic_tokens(text: str) -> int:
 
 
 _EXACT: list = []  # [the exact o200k encoder, or None], once `pip install .[tokens]` is known
-
-
 _TOKEN_CACHE: dict[int | str, tuple[str, int]] = {}
 SHORT_TEXT = 200  # characters: a string this short is memoized by its value, a longer one by its identity
-
-
 TOKEN_CACHE_SIZE = 200_000  # entries a memo keeps; past it the older half is forgotten at once
 
 
@@ -331,20 +628,29 @@ def estimate_tokens(text_or_messages: str | list[dict]) -> int:
     return 3 + sum(message_tokens(m) for m in text_or_messages)
 
 
-# --- The token net (lesson 03) ---------------------------------------------------------------
-# Without it: below 30 messages a request can still pass the window, and keeping 6 huge messages can
-# leave a summary that does not fit.
+@dataclass
+class Tally:
+    """The engine's running sums of a history's tokens: the last list it measured, and the tokens
+    of its messages after the system prompt up to each position. A list that extends it, or a prefix
+    of it, costs only what is new, so the check before every call costs what the new messages cost
+    (lesson 03). Messages are values: replace one, never edit it in place."""
 
+    seen: list = field(default_factory=list)
+    sums: list = field(default_factory=lambda: [0])
 
-def find_cut_within(messages: list[dict], keep_recent: int, head: int, max_tokens: int | None) -> int:
-    """find_cut for the last `keep_recent` messages, or for fewer when those alone would take more
-    than half of `max_tokens`; a call and its results still go together (lesson 03)."""
-    tail = groups(messages, find_cut(messages, keep_recent, head))
-    used = sum(message_tokens(m) for m in messages[tail[0][0]:]) if tail else 0
-    while max_tokens and len(tail) > 1 and used > max_tokens // 2:  # the newest group is never split
-        start, end = tail.pop(0)  # a whole group goes: calls and their results go together
-        used -= sum(message_tokens(m) for m in messages[start:end])
-    return tail[0][0] if tail else head
+    def known(self, messages: list[dict]) -> int:
+        """How many messages at the start of `messages` are those at the start of the last list."""
+        n = min(len(messages), len(self.seen))
+        return n if messages[:n] == self.seen[:n] else 0  # compared at C speed, each by identity first
+
+    def __call__(self, messages: list[dict]) -> int:
+        """Tokens of `messages` after its system prompt."""
+        n = self.known(messages)
+        if n < len(messages):
+            self.seen, self.sums, head = self.seen[:n] + messages[n:], self.sums[:n + 1], system_head(messages)
+            for i in range(n, len(messages)):
+                self.sums.append(self.sums[-1] + (message_tokens(messages[i]) if i >= head else 0))
+        return self.sums[len(messages)]
 
 
 def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None, fixed: int = 0,
@@ -368,185 +674,53 @@ def request_tokens(messages: list[dict], usage: tuple[list[dict], int] | None, f
     return round(estimate * ratio)
 
 
-# --- Thinking models (lesson 05b) ------------------------------------------------------------
-# Without it: DeepSeek answers HTTP 400 when a tool-calling exchange lost its reasoning_content,
-# and reasoning the server ignores fills the window.
+@dataclass(frozen=True)
+class Budget:
+    """How many tokens the history may use: the window, less the reserved output, the system
+    prompt, the tool schemas and a safety margin for estimates (lesson 03)."""
+
+    context_window: int = 128_000  # tokens the model accepts in one request
+    reserved_output: int = 8_000  # tokens kept free for the model's answer
+    trigger: float = 0.7  # compact when the history passes this share of the effective window
+    target: float = 0.5  # and bring it down to this share, so the next turns do not re-trigger
+    fixed_tokens: int = 0  # what every request carries besides messages: the tool schemas
+    margin: float = 0.0  # share of the window held back because estimates err
+
+    def effective(self, messages: list[dict]) -> int:
+        system = sum(message_tokens(m) for m in messages[:system_head(messages)])
+        usable = self.context_window * (1 - self.margin) - self.reserved_output - self.fixed_tokens
+        return max(0, int(usable) - system)
+
+    def history(self, messages: list[dict]) -> int:
+        """Tokens of the messages after the system prompt, summed as the engine sums them."""
+        return Tally()(messages)
+
+    def over(self, messages: list[dict], ratio: float) -> bool:
+        return self.history(messages) > ratio * self.effective(messages)
 
 
-def drop_old_reasoning(messages: list[dict]) -> list[dict]:
-    """Remove the reasoning of a finished exchange (user message to user message) that made no tool
-    call: thinking servers ignore it there. An exchange with tool calls keeps its reasoning in every
-    later request, or DeepSeek answers HTTP 400 (lesson 05b)."""
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    quiet = [(a, b) for a, b in zip(users, users[1:]) if not any(m.get("tool_calls") for m in messages[a + 1:b])]
-    drop = {i for a, b in quiet for i in range(a + 1, b)
-            if messages[i].get("role") == "assistant" and reasoning_text(messages[i])}
-    if not drop:
-        return messages
-    return [{k: v for k, v in m.items() if k not in REASONING_FIELDS} if j in drop else m
-            for j, m in enumerate(messages)]
-
-
-# --- Refusals (lesson 03) --------------------------------------------------------------------
-# Without it: each server family words "too long" its own way; an agent that reads only one of them
-# stops with a traceback on the others.
-
-
-# A server's "the request is too long", one pattern a family; each is a fixture in tests/test_refusals.py.
-OVERFLOW = re.compile("|".join([
-    r"context_length_exceeded|maximum context length|context window|too many tokens",  # OpenAI, DeepSeek
-    r"prompt is too long",  # Anthropic and its compatible endpoints
-    r"exceeds? the available context size|exceed_context_size_error|input is too large to process",  # llama-server
-    r"is longer than the maximum model length|maximum model length",  # vLLM
-    r"Range of input length should be",  # DashScope (Qwen)
-    r"context length|n_ctx|too long for the context|exceeds the context",  # LM Studio, Ollama
-    r"input token count .{0,40}exceeds the maximum number of tokens",  # Gemini (OpenAI-compatible)
-    r"`inputs` tokens \+ `max_new_tokens` must be <=|`inputs` must have less than \d+ tokens",  # TGI
-    r"reduce the length of the messages",  # Groq's message, also without its code
-]), re.I)
-
-
-def is_context_overflow(error: Exception) -> bool:
-    """True for a server's "context too long" refusal, whatever its exact wording; the body too, since
-    the client's message leaves out an error that is a bare string (LM Studio)."""
-    body = getattr(error, "body", None)
-    return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
-# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
-COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
-                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens"
-                     r"|input token count \((\d+)\)|Given: (\d+) `inputs` tokens|less than \d+ tokens\. Given: (\d+)")
-
-
-def refused_size(error: Exception) -> int | None:
-    """How many tokens the server said the refused request had, or None."""
-    match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
-    return int(next(g for g in match.groups() if g)) if match else None
-
-
-# The window a refusal names: OpenAI and llama-cpp-python, llama-server, vLLM, DashScope, Anthropic,
-# LM Studio, Gemini, TGI (each in tests/test_refusals.py, with its source).
-WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)|\"n_ctx\":\s*(\d+)"
-                         r"|maximum model length (?:is|of) (\d+)|input length should be \[1, (\d+)\]|> (\d+) maximum"
-                         r"|context length of only (\d+)|maximum number of tokens allowed \((\d+)\)"
-                         r"|`max_new_tokens` must be <= (\d+)|`inputs` must have less than (\d+) tokens")
-
-
-def window_said(error: Exception) -> int | None:
-    """The window a "too long" refusal names, or None when it names none."""
-    found = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
-    return int(next(g for g in found.groups() if g)) if found else None
-
-
-class ContextOverflowError(RuntimeError):
-    """The history cannot be made to fit the window: the message says what did not fit."""
-
-
-# --- What a summary must keep (lesson 04) ----------------------------------------------------
-# Without it: a summary written from a cut-off view loses the error line and the id the next step needs.
-
-
-# A line that reports an error, wherever its marker stands: "KeyError: 'x'", "FAILED …", pytest's
-# "E   assert …", "2024-05-14T09:25:00Z ERROR …", "[1500] npm ERR! …"; not `raise KeyError(...)`.
-ERROR_LINE = re.compile(r"^\s*(?:E\s{2,}|[\w.]*(?:Error|Exception)\b(?!\()|error:|fatal:|panic:)"
-                        r"|\b(?:Traceback \(most recent|FAILED|FAIL|ERROR|FATAL|npm ERR!)(?![\w(])"
-                        r"|:\d+(?::\d+)?: (?:fatal )?error:")  # path:line: error: (gcc, mypy, clang)
-
-
-PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
-                  r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
-
-
-# What the next step may need by name: e-mail addresses, paths, words with a digit (HAT123, ZFA04Y,
-# 2024-05-14, order #W2378156, flight HAT170), numbers with a unit (368ms, 1.5 GB), long numbers,
-# snake_case, CamelCase and dotted names (os.path.join), file names. "and", "the", "10" are not identifiers.
-IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:[A-Za-z_]*\d[\w-]*[A-Za-z][\w-]*"
-                        r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
-                        r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
-IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
-SUMMARY_TOKENS = 2_400  # an extractive summary may take at least this, in tokens (past it, its oldest details shrink
-# first); the sawtooth, which summarizes every 24 messages, gives its own (POLICIES)
-
-
-def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[str]:
-    """The distinct `items` (given newest first) while their tokens, `overhead` each, fit in `budget`:
-    the rule every list of a summary follows, not a count fitted to one measure (lesson 04)."""
-    found: dict[str, None] = {}
-    used = 0
-    for item in items:
-        if item not in found:
-            used += text_tokens(item) + overhead
-            if used > budget:
-                break
-            found[item] = None
-    return list(found)
-
-
-# The names in what the agent typed (its calls' arguments), which it types again, read as code writes
-# them: besides IDENTIFIER's, a dotted name whole (new_lines.append, where IDENTIFIER stops at
-# new_lines) and a name with an underscore in any case (INSTALLED_APPS, __main__); a path or an
-# e-mail address stays one name (reproduce_app/models.py).
-CODE_NAME = re.compile(r"(?<![\w./+-])(?![\w.+-]*[/@])(?:_*[A-Za-z]\w*(?:\.\w+)+|(?=\w*_)_*[A-Za-z]\w*)|"
-                       + IDENTIFIER.pattern)
-
-
-def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS),
-                pattern: re.Pattern = IDENTIFIER) -> list[str]:
-    """Every distinct identifier in the texts, the most recently mentioned first, within `budget`."""
-    return newest_within((word.rstrip(".") for text in reversed(texts) for word in reversed(pattern.findall(text))),
-                         budget)
-
-
-CALL_SHARE = 0.25  # the argument values of the calls, newest first, may take this share of a summary's budget
-CALL_VALUE_CHARS = 300  # longer values (a file's whole text) are left to the archive
-
-
-def call_values(messages: list[dict], budget: int = int(CALL_SHARE * SUMMARY_TOKENS)) -> list[str]:
-    """The argument values of the calls, whole (a command, a path, a query), within `budget`: those
-    passed more than once first (what an agent runs again), then the rest, each the newest first (lesson 04)."""
-    def values():
-        for m in reversed(messages):
-            for call in reversed(m.get("tool_calls") or []):
-                args = parsed_arguments(call)
-                for value in reversed(list(args.values()) if isinstance(args, dict) else []):
-                    text = " ".join(str(value).split())
-                    if 3 <= len(text) <= CALL_VALUE_CHARS and not isinstance(value, (dict, list)):
-                        yield text
-    newest = list(values())
-    again = [v for v, n in Counter(newest).items() if n > 1]
-    return newest_within(again + newest, budget, overhead=2)
-
-
-# A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
-DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
-                      r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
-
-
-_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[\w/]))+[.!?。！？]?")
-
-
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
-
-
-# What varies between two reports of one failure: paths and file names, pytest's "::test_name", and numbers
-# not part of a word or a code ("E404", "exit code 137" stay: they tell two errors apart).
-_VARIES = re.compile(r"(?<![\w.-])(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
-                     + PATH.pattern)
-
-
-def error_kind(line: str) -> str:
-    """An error line with what varies blanked: one line per kind of error is kept, so a test failing
-    fifty times (another test, another line number each time) does not push a rare error out."""
-    return _VARIES.sub("…", line)
-
-
-# --- The one cutter: a text or a message too large (lessons 03, 06; five-layer's snip) ---------
+# --- The rules every policy shares: the one cutter (lessons 03, 06; five-layer's snip) --------
 # Without it: one 30,000-token output the model already read rides along in every request while the
 # history stays under the trigger (five-layer makes one message too large its own trigger), and a
 # pasted log larger than the window costs the user's turn.
 
 
 TOO_LARGE_SHARE = 0.2  # an old tool output over this share of the room for messages is cut, trigger or not
+
+
+def cut_request(engine: Compactor, messages: list[dict], effective: int) -> list[dict]:
+    """The user's newest request when it is over half the room for messages, cut to it by the one
+    cutter with the user told in one line. Without an archive no word of it may go: it stays
+    whole, and the last resort says when it cannot fit."""
+    latest = next((m for m in reversed(messages) if m.get("role") == "user" and not is_generated(m)), None)
+    room = max(100, effective // 2)
+    if engine.archive is None or latest is None or text_tokens(content_text(latest)) <= room:
+        return messages
+    print(f"[cut] your message (~{text_tokens(content_text(latest)):,} tokens) is larger than the window leaves "
+          f"for it (~{room:,}): the model sees its head and tail; the whole message is archived in "
+          f"{engine.archive.path}")
+    return cut_over(messages, room, "this message alone would not fit the window; the archive holds it whole",
+                    {id(m) for m in messages if m is not latest})
 
 
 def cut_text(text: str, tokens: int, why: str = "", lines: tuple[int, int] = (40, 40)) -> str:
@@ -623,14 +797,112 @@ def shorten_arguments(messages: list[dict], max_chars: int = 400, keep_last: int
     return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
+# --- The first step: old reasoning (lesson 05b) ----------------------------------------------
+# Without it: DeepSeek answers HTTP 400 when a tool-calling exchange lost its reasoning_content,
+# and reasoning the server ignores fills the window.
+
+
+def reasoning(engine: Compactor, messages: list[dict], run: Pass) -> list[dict]:
+    """The cheapest step: the reasoning of finished exchanges without tool calls (lesson 05b)."""
+    return drop_old_reasoning(messages)
+
+
+def drop_old_reasoning(messages: list[dict]) -> list[dict]:
+    """Remove the reasoning of a finished exchange (user message to user message) that made no tool
+    call: thinking servers ignore it there. An exchange with tool calls keeps its reasoning in every
+    later request, or DeepSeek answers HTTP 400 (lesson 05b)."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    quiet = [(a, b) for a, b in zip(users, users[1:]) if not any(m.get("tool_calls") for m in messages[a + 1:b])]
+    drop = {i for a, b in quiet for i in range(a + 1, b)
+            if messages[i].get("role") == "assistant" and reasoning_text(messages[i])}
+    if not drop:
+        return messages
+    return [{k: v for k, v in m.items() if k not in REASONING_FIELDS} if j in drop else m
+            for j, m in enumerate(messages)]
+
+
+# --- The summary step: head, middle and tail (lessons 02, 03, 08, 10) --------------------------
+# Without it: the middle is never summarized; a tail of 6 huge messages leaves no room for a summary.
+
+
+def summarize_middle(engine: Compactor, messages: list[dict], run: Pass, tail: Callable | None = None,
+                     offline: bool = False, **options) -> list[dict]:
+    """The summary step: the middle between head and tail (`tail` finds them, the engine's boundaries
+    by default) becomes one summary, with the user's words carried below it (lesson 10). The latest
+    request stays a message, at the tail's start, cut to the user's room when longer. `offline`: the
+    extractive summary, no model call (the light tier); `options` go to the guard."""
+    head, start = (tail or boundaries)(engine, messages)
+    requests = user_requests(messages)
+    latest = requests[-1] if requests else None
+    middle = [m for m in messages[head:start] if m is not latest]
+    if run.level and not middle:  # "compact now": the tail shrinks to the newest group
+        start = max(head, find_cut(messages, 1, head))
+        middle = [m for m in messages[head:start] if m is not latest]
+    kept = messages[start:]
+    if latest is not None and not any(m is latest for m in messages[:head] + kept):
+        room = user_room(engine, messages)
+        kept = [*cut_over([latest], room, "the user's latest request is longer than its room; the archive "
+                          "holds it whole"), *kept]
+    held = precise_messages(middle, engine.precise_tools)  # never summarized: kept after the summary
+    exact = {id(h) for h in held}
+    middle = [m for m in middle if id(m) not in exact]
+    if not middle:
+        return messages
+    request = content_text(latest) if latest is not None else None
+    if not offline:  # what the summarizer reads is archived before it reads it
+        engine.archived(run.given, messages[:head] + held + kept, run)
+    text = engine.guard.offline(middle, run.focus) if offline else engine.guard(middle, run.focus, request, **options)
+    stood_in = "" if offline else engine.guard.stood_in  # the header says when the offline summary stood in
+    engine.state.summary = replaced_line(middle, engine.state, stood_in) + "\n" + text
+    engine.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
+    run.summarized = run.summarized or not offline
+    kept = held + kept
+    carry_user_words(engine.state, messages, messages[:head] + kept)
+    ack = [ACK] if kept and kept[0].get("role") == "user" else []
+    return [*messages[:head], summary_with_notes(engine, messages, run.focus, messages[:head] + kept), *ack, *kept]
+
+
+def boundaries(engine: Compactor, messages: list[dict], keep_recent: int | None = None) -> tuple[int, int]:
+    """(head_end, tail_start). The head is the system prompt; the tail is the last `keep_recent`
+    messages (the engine's by default), fewer when those alone pass the trigger, or the newest
+    whole groups within the tail's share of the window; the newest group always (lesson 08)."""
+    head, effective = system_head(messages), engine.budget.effective(messages)
+    keep = engine.keep_recent if keep_recent is None else keep_recent
+    if keep:
+        return head, find_cut_within(messages, keep, head, int(engine.trigger * effective))
+    budget, start, used = engine.tail_share * effective, len(messages), 0
+    for first, end in reversed(groups(messages, head)):  # whole groups, the newest first
+        used += sum(message_tokens(m) for m in messages[first:end])
+        if used > budget and start < len(messages):  # the newest group always stays
+            break
+        start = first
+    return head, start
+
+
+def find_cut_within(messages: list[dict], keep_recent: int, head: int, max_tokens: int | None) -> int:
+    """find_cut for the last `keep_recent` messages, or for fewer when those alone would take more
+    than half of `max_tokens`; a call and its results still go together (lesson 03)."""
+    tail = groups(messages, find_cut(messages, keep_recent, head))
+    used = sum(message_tokens(m) for m in messages[tail[0][0]:]) if tail else 0
+    while max_tokens and len(tail) > 1 and used > max_tokens // 2:  # the newest group is never split
+        start, end = tail.pop(0)  # a whole group goes: calls and their results go together
+        used -= sum(message_tokens(m) for m in messages[start:end])
+    return tail[0][0] if tail else head
+
+
+def user_room(engine: Compactor, messages: list[dict]) -> int:
+    """Tokens the user's words may take beside a summary (the latest request, the task, the rules
+    quoted): PIN_SHARE of what the history may hold, at most USER_TOKENS; longer ones are cut to
+    it, whole in the archive."""
+    return min(USER_TOKENS, int(PIN_SHARE * engine.trigger * engine.budget.effective(list(messages))))
+
+
 # --- The summary message, in full (lesson 04) ------------------------------------------------
-# Without it: a summary that does not say what it replaced cannot be checked, and a latest request
-# that fell into the middle is lost.
+# Without it: a summary that does not say what it replaced cannot be checked, and nothing says where
+# the archive is or which files were in use.
 
 
 EXTRA_RULE = "\n\n---\n"  # separates the summary from what the compactor adds below it
-
-
 EVICTED = "[evicted]"  # how an eviction note starts (lesson 12)
 GENERATED = (SUMMARY_TAG, EVICTED, "[system note]")  # user-role messages the user never wrote
 ACK = {"role": "assistant", "content": "Understood. I have the summary of the earlier turns and will continue."}
@@ -667,8 +939,51 @@ def with_notes(summary: str, notes: str) -> str:
     return summary.strip() + (EXTRA_RULE + notes.strip() if notes.strip() else "")
 
 
-# --- What the user asked for, and which files the turns touched (lesson 04) ---------------
-# Without it: the user's own rules and the files changed so far are gone after two rolling summaries.
+def replaced_line(middle: list[dict], state: CompactState, stood_in: str = "") -> str:
+    """The summary's first line says what it replaced (messages, tokens, the agent's turns) and
+    when, as the compaction's number, so it can be checked against the archive (lesson 04), and
+    when the summary model failed, that this summary was made without it (echo-agent)."""
+    turns = sum(1 for m in middle if m.get("role") == "assistant")
+    span = f"turns {state.turns + 1}-{state.turns + turns}" if turns else "no agent turns"
+    why = f"; {stood_in}, so the summary below was extracted from the turns without it" if stood_in else ""
+    return (f"(Compaction {state.compactions + 1} replaced {len(middle)} messages, "
+            f"~{estimate_tokens(middle):,} tokens, {span}{why}.)")
+
+
+def summary_with_notes(engine: Compactor, messages: list[dict], focus: str | None, kept: list[dict],
+                       whole: bool = True) -> dict:
+    """The summary message: the rolling summary, then what the engine itself carries: the user's
+    words not in `kept`, the focus it was asked for, the recent files (their current text when the
+    engine can read it), and where the archive is."""
+    effective = engine.budget.effective(list(messages))
+    extra = [user_notes(engine.state, list(kept), user_room(engine, messages), engine.archive is not None, whole)]
+    if focus and whole:
+        extra.append(f"Focus of this compaction: {focus}")
+    if engine.state.recent_files and whole:  # when even the last resort is tight, only the user's words
+        extra.append("Recently used files (reopen them if you need their content): "
+                     + ", ".join(engine.state.recent_files))
+    extra += reattached(engine, min(8_000, int(REATTACH_SHARE * effective))) if whole else []
+    if engine.archive is not None:
+        extra.append(f"The full text of the compacted turns is archived in {engine.archive.path}; "
+                     "the recall tool searches it.")
+    return summary_message(with_notes(engine.state.summary, "\n\n".join(e for e in extra if e)))
+
+
+def reattached(engine: Compactor, budget: int) -> list[str]:
+    """The current text of the most recent files, newest first, within `budget` tokens."""
+    blocks = []
+    for path in reversed(engine.state.recent_files if engine.reattach else []):
+        text = engine.reattach(path)
+        if text is None or text_tokens(text) + 20 > budget:
+            continue
+        blocks.append(f"Current content of {path}:\n```\n{text}\n```")
+        budget -= text_tokens(text) + 20
+    return blocks
+
+
+# --- The user's words, carried by the state, and the files the turns touched (lessons 04, 10) --
+# Without it: the user's own rules and the task are gone after two rolling summaries.
+
 
 # Sentences a user writes to limit what the agent may do, in English and Chinese.
 # A sentence that constrains: it starts with an imperative, or one follows a colon ("Only change src/",
@@ -801,7 +1116,98 @@ def distinct_paths(paths: list[str], known: list[str] = ()) -> list[str]:
     return [p for p in clean if p not in known]
 
 
-# --- The offline summarizer (lessons 04 and 10) ----------------------------------------------
+# --- What a summary must keep (lesson 04) ----------------------------------------------------
+# Without it: a summary written from a cut-off view loses the error line and the id the next step needs.
+
+
+# A line that reports an error, wherever its marker stands: "KeyError: 'x'", "FAILED …", pytest's
+# "E   assert …", "2024-05-14T09:25:00Z ERROR …", "[1500] npm ERR! …"; not `raise KeyError(...)`.
+ERROR_LINE = re.compile(r"^\s*(?:E\s{2,}|[\w.]*(?:Error|Exception)\b(?!\()|error:|fatal:|panic:)"
+                        r"|\b(?:Traceback \(most recent|FAILED|FAIL|ERROR|FATAL|npm ERR!)(?![\w(])"
+                        r"|:\d+(?::\d+)?: (?:fatal )?error:")  # path:line: error: (gcc, mypy, clang)
+PATH = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*[\w-]+\.(?:py|ts|js|tsx|json|md|txt|toml|yaml|yml|sh|"
+                  r"cfg|ini|sql|html|css|go|rs|java|c|h|cpp|rb|lock)\b")
+# What the next step may need by name: e-mail addresses, paths, words with a digit (HAT123, ZFA04Y,
+# 2024-05-14, order #W2378156, flight HAT170), numbers with a unit (368ms, 1.5 GB), long numbers,
+# snake_case, CamelCase and dotted names (os.path.join), file names. "and", "the", "10" are not identifiers.
+IDENTIFIER = re.compile(r"[\w.+-]+@[\w-]+\.\w[\w.]*|(?:[\w.-]+/)+[\w.-]+|#?\b(?:[A-Za-z_]*\d[\w-]*[A-Za-z][\w-]*"
+                        r"|[A-Za-z][\w-]*\d[\w-]*|\d+(?:\.\d+)?\s?(?:ms|s|min|h|KB|MB|GB|kB|B|%)(?!\w)|\d{4,}"
+                        r"|[a-z]+_\w+|[A-Z][a-z]+[A-Z]\w*|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[\w-]+\.[a-z]{2,4})\b")
+IDENTIFIER_SHARE = 0.25  # the identifiers of a middle, newest first, may take this share of a summary's budget
+
+
+def newest_within(items: Iterable[str], budget: int, overhead: int = 1) -> list[str]:
+    """The distinct `items` (given newest first) while their tokens, `overhead` each, fit in `budget`:
+    the rule every list of a summary follows, not a count fitted to one measure (lesson 04)."""
+    found: dict[str, None] = {}
+    used = 0
+    for item in items:
+        if item not in found:
+            used += text_tokens(item) + overhead
+            if used > budget:
+                break
+            found[item] = None
+    return list(found)
+
+
+# The names in what the agent typed (its calls' arguments), which it types again, read as code writes
+# them: besides IDENTIFIER's, a dotted name whole (new_lines.append, where IDENTIFIER stops at
+# new_lines) and a name with an underscore in any case (INSTALLED_APPS, __main__); a path or an
+# e-mail address stays one name (reproduce_app/models.py).
+CODE_NAME = re.compile(r"(?<![\w./+-])(?![\w.+-]*[/@])(?:_*[A-Za-z]\w*(?:\.\w+)+|(?=\w*_)_*[A-Za-z]\w*)|"
+                       + IDENTIFIER.pattern)
+
+
+def identifiers(texts: list[str], budget: int = int(IDENTIFIER_SHARE * SUMMARY_TOKENS),
+                pattern: re.Pattern = IDENTIFIER) -> list[str]:
+    """Every distinct identifier in the texts, the most recently mentioned first, within `budget`."""
+    return newest_within((word.rstrip(".") for text in reversed(texts) for word in reversed(pattern.findall(text))),
+                         budget)
+
+
+CALL_SHARE = 0.25  # the argument values of the calls, newest first, may take this share of a summary's budget
+CALL_VALUE_CHARS = 300  # longer values (a file's whole text) are left to the archive
+
+
+def call_values(messages: list[dict], budget: int = int(CALL_SHARE * SUMMARY_TOKENS)) -> list[str]:
+    """The argument values of the calls, whole (a command, a path, a query), within `budget`: those
+    passed more than once first (what an agent runs again), then the rest, each the newest first (lesson 04)."""
+    def values():
+        for m in reversed(messages):
+            for call in reversed(m.get("tool_calls") or []):
+                args = parsed_arguments(call)
+                for value in reversed(list(args.values()) if isinstance(args, dict) else []):
+                    text = " ".join(str(value).split())
+                    if 3 <= len(text) <= CALL_VALUE_CHARS and not isinstance(value, (dict, list)):
+                        yield text
+    newest = list(values())
+    again = [v for v, n in Counter(newest).items() if n > 1]
+    return newest_within(again + newest, budget, overhead=2)
+
+
+# A sentence that records a decision, in English and Chinese; "deploy.sh" stays one word.
+DECISION = re.compile(r"\b(decided|decision|we will|I will use|I'll use|chose|choose|because|"
+                      r"instead of|the fix is|root cause|conclusion)\b|决定|决策|选择|结论|最终|确认|因为|改用", re.I)
+_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|[.!?](?=[\w/]))+[.!?。！？]?")
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
+
+
+# What varies between two reports of one failure: paths and file names, pytest's "::test_name", and numbers
+# not part of a word or a code ("E404", "exit code 137" stay: they tell two errors apart).
+_VARIES = re.compile(r"(?<![\w.-])(?:[\w.-]+/)+[\w.-]+|::[\w.\[\]-]+|(?<![A-Za-z\d])(?<!code )(?<!exit )(?<!status )\d+|"
+                     + PATH.pattern)
+
+
+def error_kind(line: str) -> str:
+    """An error line with what varies blanked: one line per kind of error is kept, so a test failing
+    fifty times (another test, another line number each time) does not push a rare error out."""
+    return _VARIES.sub("…", line)
+
+
+# --- The offline summarizer, in the one summary format (lessons 04 and 10) --------------------
 # Without it: with no model configured, or with the model down, there is no summary at all.
 
 
@@ -822,6 +1228,8 @@ def render_summary(sections: dict[str, list[str]]) -> str:
 EARLIER = "Earlier, in one line"  # a graded summary's oldest progress, folded into one line
 # The one summary format: the sections a model is asked for (SECTIONS_PROMPT) and the offline summary
 # writes, in this order. The user's words are not among them: the state carries them (user_notes).
+# The one summary format: the sections a model is asked for (SECTIONS_PROMPT) and the offline summary
+# writes, in this order. The user's words are not among them: the state carries them (user_notes).
 SECTIONS = {EARLIER: "the oldest progress, in one line, when an earlier summary had it",
             "Decisions": "what was decided, and why",
             "Files changed": "every file written or edited, its path exactly as written",
@@ -835,9 +1243,12 @@ SECTIONS = {EARLIER: "the oldest progress, in one line, when an earlier summary 
             "Next step": "what to do next",
             "Relevant to the focus": "what matters for the focus, when one is given"}
 # Past the budget these give way first, the first named first.
+# Past the budget these give way first, the first named first.
 EXPENDABLE = ("Progress", "Relevant to the focus", "Identifiers", "Files in outputs", "Calls (arguments verbatim)",
               "Files read", "Decisions", "Errors seen", "Files changed")
 NEWEST = {"Progress": 3, "Next step": 1, "Relevant to the focus": 5}  # items a section keeps, the newest
+# Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
+# share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
 # Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
 # share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
 SHARES = {"Identifiers": IDENTIFIER_SHARE, "Calls (arguments verbatim)": CALL_SHARE, "Files in outputs": 0.10}
@@ -1130,6 +1541,9 @@ UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages d
 # What the turns forbid: the action after a negation ("do not modify the deploy script" → "modify the
 # deploy", "不要修改部署脚本" → "修改部署"). A summary that states the action with no negation before it has
 # reversed the rule: echo-agent's own example of drift.
+# What the turns forbid: the action after a negation ("do not modify the deploy script" → "modify the
+# deploy", "不要修改部署脚本" → "修改部署"). A summary that states the action with no negation before it has
+# reversed the rule: echo-agent's own example of drift.
 NEGATED = re.compile(r"\b(?:do not|don't|never|must not|mustn't|should not|shouldn't|may not|not to)\s+"
                      r"((?:[\w/.-]+[ \t]+){1,2}[\w/.-]+)|(?:不要|别|不许|不准|禁止|不能|不得|勿)([^\W\d_]{4})", re.I)
 NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b|[不别勿]|禁止", re.I)
@@ -1163,144 +1577,6 @@ def source_text(messages: list[dict]) -> str:
     """Everything a summary may quote: texts and full tool-call arguments."""
     return "\n".join(content_text(m) + "".join(describe_call(c, 10**6) for c in m.get("tool_calls") or [])
                      for m in messages)
-
-
-# --- Valid lists (lesson 08) -----------------------------------------------------------------
-# Without it: a stray system message or an unanswered call in the kept tail is an HTTP 400.
-
-
-LOST_RESULT = "[result lost during context compression]"
-
-
-def repair(messages: list[dict], problems: list[str] | None = None) -> list[dict]:
-    """The one validator: make a list valid, returning the input itself when it already is. A late
-    system message becomes a user note, orphan results (as OpenHands drops them) and empty assistant
-    turns go, and an unanswered call gets a placeholder result; `problems`, when given, gets a line
-    for each of these, which a provider would have refused (lesson 08). A message with no valid
-    role is not guessed at: check_messages raises."""
-    check_messages(messages)
-    said = problems.append if problems is not None else (lambda line: None)
-    pairs = pair_tool_results(messages)
-    answered = {id(call) for call in pairs.values()}
-    out: list[dict] = []
-    for start, end in groups(messages):
-        for i in range(start, end):
-            m, role = messages[i], messages[i].get("role")
-            if role == "system" and i > 0:
-                said(f"message {i}: a system message after the start")
-                out.append({"role": "user", "content": "[system note] " + content_text(m)})
-            elif role == "tool" and i not in pairs:
-                said(f"message {i}: a tool result with no matching call just before it")
-            elif role == "assistant" and not content_text(m) and not m.get("tool_calls"):
-                said(f"message {i}: an assistant message with neither text nor tool calls")
-            else:
-                out.append(m)
-        opened = messages[start].get("tool_calls") if messages[start].get("role") == "assistant" else None
-        for call in opened or []:  # the end of a group: answer what is still open
-            if id(call) not in answered:
-                said(f"message {start}: tool call {call.get('id')} has no result")
-                out.append({"role": "tool", "tool_call_id": call.get("id"), "content": LOST_RESULT})
-    return messages if len(out) == len(messages) and all(a is b for a, b in zip(out, messages)) else out
-
-
-def precise_messages(messages: list[dict], precise_tools: tuple = ()) -> list[dict]:
-    """Every message of a call group that has a result of a precise tool (a database query, a
-    balance): no step may summarize, evict or cut them; they stay word for word (lesson 14)."""
-    if not precise_tools:
-        return []
-    precise = {i for i, call in pair_tool_results(messages).items() if call_name(call) in precise_tools}
-    return [messages[i] for start, end in groups(messages) if precise.intersection(range(start, end))
-            for i in range(start, end)]
-
-
-# --- The archive (lesson 09) -----------------------------------------------------------------
-# Without it: what a compaction removes is gone for good; the recall tool has nothing to read.
-
-
-def map_strings(value, fn: Callable):
-    """Apply `fn` to every string inside parsed JSON (dicts, lists), keeping the structure."""
-    if isinstance(value, str):
-        return fn(value)
-    if isinstance(value, dict):
-        return {k: map_strings(v, fn) for k, v in value.items()}
-    if isinstance(value, list):
-        return [map_strings(v, fn) for v in value]
-    return value
-
-
-SECRET_TOKEN = re.compile(r"\b(?:sk-[\w-]{16,}|gh[pousr]_\w{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[\w-]{10,}"
-                          r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})|(?<=[Bb]earer )[\w.~+/-]{8,}=*")
-
-
-# A literal after a secret-like name: quoted (`"api_key": "…"`, `password = '…'`, with \" inside
-# JSON arguments) or a NAME=value line. Never an expression: `token = request.GET.get("token")`.
-# The name starts a word and is at most 64 characters on each side of its keyword: a regex that may
-# start anywhere inside a long word re-reads it from every position (16 s for a 16,000-character one).
-_SECRET_NAME = r"(?<![\w-])[\w-]{0,64}(?:api[_-]?key|token|secret|password|passwd)[\w-]{0,64}"
-
-
-SECRET_VALUE = re.compile(rf"((?i:{_SECRET_NAME})\\*[\"']?\s*[:=]\s*(\\*[\"']))([^\s\"'\\{{]{{8,}})(?=\2)"
-                          rf"|(?m:^((?i:export\s+)?(?i:{_SECRET_NAME})=))([^\s\"'$`({{]{{8,}})(?m:$)")
-
-
-def mask_secrets(value):
-    """Mask API keys and secret literals in every string inside a message; code stays as written
-    (lesson 09)."""
-    def mask(text: str) -> str:
-        text = SECRET_TOKEN.sub("[secret masked]", text)
-        return SECRET_VALUE.sub(lambda m: (m[1] + "[secret masked]") if m[1] else (m[4] + "[secret masked]"), text)
-    return map_strings(value, mask)
-
-
-@dataclass
-class Archive:
-    """An append-only JSONL transcript of every message that leaves the context, byte for byte but
-    for masked secrets. It is written and fsync'ed before the message goes (lesson 09)."""
-
-    path: Path  # the .jsonl file; its folder is created owner-only
-
-    @classmethod
-    def in_folder(cls, folder: str | Path, session: str | None = None) -> "Archive":
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        session = session or time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-        return cls(folder / f"session-{session}.jsonl")
-
-    def append(self, messages: list[dict], compaction: int) -> None:
-        lines = "".join(json.dumps({"compaction": compaction, "message": mask_secrets(m)},
-                                   ensure_ascii=False) + "\n" for m in messages)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # owner-only
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(lines)
-            f.flush()
-            # durability: without fsync a crash may lose what left the context. The SIGKILL test
-            # checks the write happened before the call returned; a power cut cannot be tested here.
-            os.fsync(f.fileno())
-
-    def records(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
-
-    def search(self, query: str, limit: int = 5, width: int = 300) -> str:
-        """The newest archived messages that contain every word of `query`, numbered for `read`."""
-        words = query.lower().split()
-        hits = []
-        for n, record in enumerate(self.records()):
-            m = record["message"]
-            text = content_text(m) + " " + " ".join(describe_call(c) for c in m.get("tool_calls") or [])
-            if all(w in text.lower() for w in words):
-                hits.append(f"#{n} [{m.get('role')}] {' '.join(text.split())[:width]}")
-        return "\n".join(hits[-limit:]) or f"no archived message contains {query!r}"
-
-    def read(self, n: int, max_chars: int = 8_000) -> str:
-        records = self.records()
-        if not 0 <= n < len(records):
-            return f"no archived message #{n}; the archive holds {len(records)}"
-        m = records[n]["message"]
-        if isinstance(m.get("content"), str):  # snip by lines, which keeps error lines from the cut part
-            m = {**m, "content": cut_text(m["content"], max_chars // 3)}
-        return json.dumps(m, ensure_ascii=False, indent=1)
 
 
 # --- The guard: a summarizer that fails never costs history (lessons 04, 13) -----------------
@@ -1422,441 +1698,8 @@ def compaction_stats(state: CompactState, guard: SummaryGuard | None = None) -> 
         if state.paused > 0 else ""))
 
 
-# --- The one engine every strategy runs (lessons 02-04, 13) -----------------------------------
-# The loop calls Compactor.compact before every request; it measures the history (the server's count
-# first), applies the rules every policy shares, runs the policy's steps cheapest first while they
-# are due, and ends at one archive point. Everything it calls follows, in the order it calls it.
-
-
-@dataclass
-class CompactState:
-    """What lasts from one compaction to the next, and across REPL questions and --resume, for
-    every strategy (lessons 04, 12)."""
-
-    compactions: int = 0
-    turns: int = 0  # the agent's turns summarized so far, so a summary can say which ones it holds
-    tokens_saved: int = 0
-    floor: int = 0  # tokens: after a compaction that did not help, wait until the history passes this
-    failures: int = 0  # summarizer calls that failed and fell back to the offline summary
-    failing: int = 0  # ... of them in a row, until one succeeds
-    paused: int = 0  # compactions left before the summarizer is tried again (the guard's breaker)
-    failed_at: list[float] = field(default_factory=list)  # when each failure happened
-    last_error: str = ""  # the last of those failures, for /context
-    summary: str = ""  # the rolling summary, updated by every compaction that summarizes
-    task: str = ""  # the user's first request, verbatim, once its message left the context
-    said: list[str] = field(default_factory=list)  # the user's other requests, the newest SAID of them
-    latest: str = ""  # the user's latest request, verbatim
-    pinned: list[str] = field(default_factory=list)  # every rule the user typed, verbatim
-    recent_files: list[str] = field(default_factory=list)  # the last files the agent used, newest last
-    window: int = 0  # tokens: the window a server's refusal named when smaller than the configured one
-    report: list[tuple[str, int, int, float]] = field(default_factory=list)  # the last compaction's
-    # steps: (name, tokens before, tokens after, seconds)
-
-
-# What a policy does not say, the engine's own settings; a setting a person gives is kept.
-DEFAULTS = dict(trigger=0.7, target=0.5, threshold=0, keep_recent=0, tail_share=0.2, margin=0.0,
-                summary_tokens=SUMMARY_TOKENS, layers=())
-# Each policy as data: its steps, cheapest first (a name of STEPS, or (name, {parameter: value}), where
-# `at` and `until` are shares of the window: the step runs once the history passed `at`, the trigger
-# by default, and while it is over `until`, the target by default), and the numbers it differs in.
-# Part III adds the ladder's policies and the design documents'.
-POLICIES: dict[str, dict] = {
-    "none": dict(layers=()),  # no steps: the history is sent as it grows, for comparison (lesson 01)
-    # the sawtooth: above THRESHOLD messages (or the token trigger), all but the last KEEP_RECENT
-    # (walked back, fewer if those alone are too large) become one summary; the target is its trigger
-    "sawtooth": dict(layers=("reasoning", "summary", "last resort"), threshold=THRESHOLD, keep_recent=KEEP_RECENT,
-                     summary_tokens=1_300, target=0.7),
-}
-
-
-@dataclass
-class Compactor:
-    """The one engine (lesson 13): measure the history (the server's count first); cut what is too
-    large alone; while a step is due (past `trigger` of the window, or over `threshold` messages),
-    run the policy's steps cheapest first, each kept only if it shrank the history, until it is
-    under `target`. What leaves is archived whole before the list is returned; the result is always
-    a valid list, and fits, or it raises. A setting left out (None) takes the policy's value."""
-
-    policy: str = "sawtooth"  # a name of POLICIES: its steps and numbers, for every setting left out
-    context_window: int = 128_000  # tokens the model accepts (CONTEXT_WINDOW)
-    reserved_output: int = 8_000  # tokens kept free for the answer
-    trigger: float | None = None  # start when the history passes this share of the effective window (0.7)
-    target: float | None = None  # and stop once it is under this share (0.5)
-    threshold: int | None = None  # start, too, when the history holds more messages than this; 0: never
-    keep_recent: int | None = None  # the raw tail: this many newest messages; 0: `tail_share` of the window
-    tail_share: float | None = None  # keep_recent 0: the raw tail may take this share of the window (0.2)
-    margin: float | None = None  # share of the window held back for estimate errors (0)
-    summary_tokens: int | None = None  # an extractive summary may take at least this, or a tenth of what it replaces
-    layers: tuple | None = None  # the steps to run, in order (see POLICIES); None: the policy's own
-    fixed_tokens: int = 0  # tokens of the tool schemas every request carries
-    precise_tools: tuple = ()  # results no step may summarize, evict or cut
-    summarize: Callable | None = None  # (messages, focus) -> str; None: model if configured, else offline
-    archive: Archive | None = None  # where everything that leaves is written first
-    reattach: Callable[[str], str | None] | None = None  # reads a file's current text, or None
-    state: CompactState = field(default_factory=CompactState)
-    guard: SummaryGuard = field(init=False)
-    tally: Tally = field(init=False, repr=False, compare=False)  # the history's tokens, summed once
-
-    def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        for name, value in {**DEFAULTS, **POLICIES[self.policy]}.items():
-            if getattr(self, name) is None:  # the policy fills only what a person left out
-                setattr(self, name, value)
-        unknown = step_names(self.layers) - set(STEPS)
-        if unknown:
-            raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
-        offline = functools.partial(summarize_extractive, least=self.summary_tokens)
-        offline.extractive = True  # a guard calls it directly: it cannot fail like a model
-        summarize = offline if self.summarize is summarize_extractive else self.summarize  # at this policy's size
-        if isinstance(summarize, SummaryGuard):  # a guard given is shared, and so is its record of failures
-            self.guard, self.state = summarize, summarize.state
-        else:
-            self.guard = SummaryGuard(summarize, offline, state=self.state)
-        self.tally = Tally()
-
-    @property
-    def budget(self) -> Budget:
-        window = min(self.context_window, self.state.window or self.context_window)  # a refusal may name less,
-        reserved = min(self.reserved_output, window // 4) if window < self.context_window else self.reserved_output
-        return Budget(window, reserved, self.trigger, self.target, self.fixed_tokens, self.margin)  # and a
-        # quarter of it is then what the reply keeps, at most what was configured
-
-    @property
-    def report(self) -> list[tuple[str, int, int, float]]:
-        return self.state.report
-
-    def compact(self, messages: list[dict], focus: str | None = None, level: int = 0,
-                usage: tuple[list[dict], int] | None = None) -> list[dict]:
-        """The one call the loop makes before every request: a list that fits, or `messages` itself
-        when nothing needs to change. `level` 0 compacts when due, 1 now, 2 as far as it goes (the
-        server refused what our estimate said fits; past it, it raises). `usage`: the last request
-        sent, with the server's count of it."""
-        if level > 2 or (level and not self.layers):
-            raise cannot(self, messages, usage)
-        run = self.start(messages, focus, level, usage)
-        out = self.rules(messages, run)
-        if self.layers:  # "none" has no steps: the history is sent as it grows, for comparison
-            out = self.run_steps(out, self.layers, run)
-        return self.finish(messages, out, run)
-
-    def start(self, messages: list[dict], focus: str | None, level: int, usage) -> Pass:
-        """This compaction's scratch: only the messages new since the last call are checked and
-        noted; the history is measured as the server counts it, and our estimates scaled to it."""
-        known = self.tally.known(messages)
-        check_messages(messages, known)
-        note_files(self.state, messages[known:])
-        self.state.report = []
-        head = estimate_tokens(messages[:system_head(messages)]) - 3
-        size = request_tokens(messages, usage, self.fixed_tokens, self.tally) - self.fixed_tokens - head - 3
-        run = Pass(focus, level, size=size, ratio=max(1.0, size / max(1, self.tally(messages))), known=known,
-                   effective=self.budget.effective(messages), too_many=0 < self.threshold < len(messages),
-                   given=messages)
-        run.stuck = size <= self.state.floor and size <= run.effective  # no help last time, no growth since
-        return run
-
-    def rules(self, messages: list[dict], run: Pass) -> list[dict]:
-        """What every policy does at every call, on what came since the last (everything when
-        forced): a user message over half the room for messages is cut to it (archived whole), and
-        with steps, an old tool output over TOO_LARGE_SHARE of it once read (five-layer: one message
-        too large is its own trigger). The trigger is then judged on what they left."""
-        start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
-        look = messages[start:]  # the group of the last message seen before, which may have been unseen
-        out = cut_request(self, look, run.effective)
-        if self.layers:
-            seen = max((i for i, m in enumerate(out) if m.get("role") == "assistant"), default=-1)
-            keep = {id(m) for i, m in enumerate(out) if m.get("role") != "tool" or i > seen}  # unseen stay whole
-            limit = int(TOO_LARGE_SHARE * self.budget.effective([]))
-            out = cut_over(out, limit, f"this output alone was ~{{n:,}} tokens, over {TOO_LARGE_SHARE:.0%} of the "
-                                       "window's room for messages, so it was cut once read",
-                           keep | {id(m) for m in precise_messages(out, self.precise_tools)}, to=limit // 4)
-        if out is look:
-            return messages
-        out = [*messages[:start], *out]
-        self.state.report.append(("too large", run.size, self.size(out, run), 0.0))
-        run.size = self.size(out, run)
-        return out
-
-    def run_steps(self, messages: list[dict], entries: tuple, run: Pass) -> list[dict]:
-        """The steps in order, cheapest first, each kept only if it shrank the history. A step runs
-        when due (`at`) and while the history is over its `until`; the summary is how the engine
-        compacts now, so forced or past the threshold it runs whatever `until` says (unless a summary
-        was made already), and as far as it goes (level 2) the last resort runs too."""
-        out = messages
-        for step in self.steps(entries):
-            now = run.level or run.too_many  # compact now: the summary runs, unless one was made already
-            needed = (self.over(out, step.until, run) or (step.name == "summary" and now and not run.summarized)
-                      or (step.name == "last resort" and run.level == 2))
-            if needed and self.due(step.at, run):
-                check_precise(self, messages, run)
-                run.tried = run.tried or step.at > 0
-                out = self.apply(step, out, run)
-        return out
-
-    def steps(self, entries: tuple) -> list[Step]:
-        """Each entry as a Step: its function bound to this engine and its parameters; `at`, `until`
-        and `frees` are the engine's (when it runs, and what keeps its result)."""
-        found = []
-        for entry in entries:
-            name, params = (entry, {}) if isinstance(entry, str) else (entry[0], dict(entry[1]))
-            rule = {k: params.pop(k) for k in ("at", "until", "frees") if k in params}
-            inner = "+".join(e if isinstance(e, str) else e[0] for e in params.get("steps", ()))
-            found.append(Step(f"{name} {inner}" if inner else name, functools.partial(STEPS[name], self, **params),
-                              **{"at": self.trigger, "until": self.target, **rule}))
-        return found
-
-    def due(self, at: float, run: Pass) -> bool:
-        """A step whose share is `at` may run: forced, or every call (`at` 0), or once the history
-        passed that share or holds more messages than the threshold, unless the last compaction did
-        not help and the history has not grown since."""
-        return bool(run.level) or at == 0 or (not run.stuck and (run.size > at * run.effective or run.too_many))
-
-    def apply(self, step: Step, messages: list[dict], run: Pass) -> list[dict]:
-        """Run one step, note it in the report, and keep its result only if it freed at least its
-        `frees` tokens; a step that was not kept leaves no summary behind."""
-        clock, kept = time.perf_counter(), (self.state.summary, self.state.turns)
-        new = step.run(messages, run)
-        before, after = self.size(messages, run), self.size(new, run)
-        self.state.report.append((step.name, before, after, time.perf_counter() - clock))
-        if before - after >= step.frees:
-            return new
-        self.state.summary, self.state.turns = kept
-        return messages
-
-    def finish(self, messages: list[dict], out: list[dict], run: Pass) -> list[dict]:
-        """The one archive point: what `out` no longer holds of `messages` is archived whole, then the
-        list is repaired, checked to fit and counted. `messages` itself when nothing changed (a
-        forced compaction's list is repaired all the same)."""
-        out = repair(out) if out is not messages or run.level else out
-        if out is messages and (run.size <= run.effective or not self.layers):
-            if run.tried:  # nothing helped: wait until the history grows before trying again
-                self.state.floor = int(run.size * GROWTH_BEFORE_RETRY)
-            return messages
-        self.archived(messages, out, run)
-        after = self.size(out, run)
-        if after > run.effective and self.layers:
-            raise overflow(self, out, after)
-        self.state.compactions += 1
-        self.state.tokens_saved += max(0, run.size - after)
-        self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * run.effective else 0
-        return out
-
-    def archived(self, messages: list[dict], kept: list[dict], run: Pass) -> None:
-        """The one archive point: every message of the compaction's input that `kept` does not hold is
-        written whole, once, before it leaves: at the end, and first of all before a summarizer reads
-        what leaves (echo-agent: archive, then summarize; the order cannot be reversed) (lesson 09)."""
-        held = {id(m) for m in kept} | run.archived
-        gone = [m for m in messages if id(m) not in held]
-        run.archived.update(id(m) for m in gone)
-        if self.archive is not None and gone:
-            self.archive.append(gone, self.state.compactions + 1)
-
-    def size(self, messages: list[dict], run: Pass) -> int:
-        """The history's tokens by our estimate, scaled up to the server's count."""
-        return round(self.tally(messages) * run.ratio)
-
-    def over(self, messages: list[dict], share: float, run: Pass) -> bool:
-        """The history passes `share` of the effective window."""
-        return self.size(messages, run) > share * run.effective
-
-    def refused(self, error: Exception) -> int | None:
-        """The server's count when `error` is its "too long" refusal (0 when it gave none), else None.
-        A refusal that names a smaller window than `context_window` narrows every later compaction
-        to it (kept in the state, so --resume keeps it), and the user is told once."""
-        if not is_context_overflow(error):
-            return None
-        window = window_said(error)
-        if window and window < (self.state.window or self.context_window):
-            self.state.window = window
-            print(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={self.context_window:,}: "
-                  f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
-        return refused_size(error) or 0
-
-
-
-def cut_request(engine: Compactor, messages: list[dict], effective: int) -> list[dict]:
-    """The user's newest request when it is over half the room for messages, cut to it by the one
-    cutter with the user told in one line. Without an archive no word of it may go: it stays
-    whole, and the last resort says when it cannot fit."""
-    latest = next((m for m in reversed(messages) if m.get("role") == "user" and not is_generated(m)), None)
-    room = max(100, effective // 2)
-    if engine.archive is None or latest is None or text_tokens(content_text(latest)) <= room:
-        return messages
-    print(f"[cut] your message (~{text_tokens(content_text(latest)):,} tokens) is larger than the window leaves "
-          f"for it (~{room:,}): the model sees its head and tail; the whole message is archived in "
-          f"{engine.archive.path}")
-    return cut_over(messages, room, "this message alone would not fit the window; the archive holds it whole",
-                    {id(m) for m in messages if m is not latest})
-
-def check_precise(engine: Compactor, messages: list[dict], run: Pass) -> None:
-    """Precise results no step may touch: when they alone pass the window, fail before any step runs."""
-    if engine.precise_tools and not run.tried:
-        precise = sum(message_tokens(m) for m in precise_messages(messages, engine.precise_tools))
-        if precise > run.effective:
-            raise overflow(engine, messages, precise)
-
-def overflow(engine: Compactor, out: list[dict], after: int) -> ContextOverflowError:
-    """What did not fit after the last resort, and how much of it the results of precise tools hold."""
-    precise = sum(message_tokens(m) for m in precise_messages(out, engine.precise_tools))
-    return ContextOverflowError(
-        f"the latest turn with the pinned constraints needs {after:,} tokens but only "
-        f"{engine.budget.effective(out):,} are left in the window after the last resort"
-        + (f"; the results of precise tools ({', '.join(engine.precise_tools)}), which are never "
-           f"compressed, take {precise:,} of them" if precise else "")
-        + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
-
-def cannot(engine: Compactor, messages: list[dict], usage) -> ContextOverflowError:
-    """Asked to compact harder than as far as it goes, or to compact under a policy with no steps."""
-    tokens = request_tokens(messages, usage, engine.fixed_tokens)
-    if not engine.layers:
-        return ContextOverflowError(f"the history (~{tokens:,} tokens) no longer fits the window and --strategy "
-                                    f"{engine.policy} does not compact: choose another")
-    return ContextOverflowError(f"the request still does not fit the window after compacting it as far as it goes "
-                                f"(~{tokens:,} tokens, {engine.policy}); raise the server's context size and "
-                                "CONTEXT_WINDOW, or shorten the latest message")
-
-def note_files(state: CompactState, messages: list[dict]) -> None:
-    """evo-agent's RecentFiles: every file a call used, the last RECENT_FILES of them, noted at every
-    call from the new messages (the one file tracker), not only when messages leave (lesson 13)."""
-    used = list(files_touched(messages))  # the most recent use moves a file last
-    state.recent_files = ([p for p in state.recent_files if p not in used] + used)[-RECENT_FILES:]
-
-
-def boundaries(engine: Compactor, messages: list[dict], keep_recent: int | None = None) -> tuple[int, int]:
-    """(head_end, tail_start). The head is the system prompt; the tail is the last `keep_recent`
-    messages (the engine's by default), fewer when those alone pass the trigger, or the newest
-    whole groups within the tail's share of the window; the newest group always (lesson 08)."""
-    head, effective = system_head(messages), engine.budget.effective(messages)
-    keep = engine.keep_recent if keep_recent is None else keep_recent
-    if keep:
-        return head, find_cut_within(messages, keep, head, int(engine.trigger * effective))
-    budget, start, used = engine.tail_share * effective, len(messages), 0
-    for first, end in reversed(groups(messages, head)):  # whole groups, the newest first
-        used += sum(message_tokens(m) for m in messages[first:end])
-        if used > budget and start < len(messages):  # the newest group always stays
-            break
-        start = first
-    return head, start
-
-def user_room(engine: Compactor, messages: list[dict]) -> int:
-    """Tokens the user's words may take beside a summary (the latest request, the task, the rules
-    quoted): PIN_SHARE of what the history may hold, at most USER_TOKENS; longer ones are cut to
-    it, whole in the archive."""
-    return min(USER_TOKENS, int(PIN_SHARE * engine.trigger * engine.budget.effective(list(messages))))
-
-
-@dataclass(frozen=True)
-class Step:
-    """A step as the engine runs it: its name, its function bound to the engine and its parameters, and
-    the engine's rules for it: it runs once the history passed `at` of the window (0: every call) and
-    while it is over `until`; its result is kept when it frees at least `frees` tokens (cache first:
-    Anthropic's clear_at_least)."""
-
-    name: str
-    run: Callable
-    at: float
-    until: float
-    frees: int = 1
-
-
-@dataclass
-class Pass:
-    """One compaction's scratch, handed from step to step and dropped at its end (lesson 13)."""
-
-    focus: str | None = None  # what the summary must keep, from the compact tool or /compact
-    level: int = 0  # 0: when due; 1: now; 2: as far as it goes
-    size: int = 0  # the history's tokens as the server counts them, after the rules
-    ratio: float = 1.0  # the server's count over our estimate, when it counted more: estimates scale up
-    effective: int = 0  # the room for messages in the window
-    known: int = 0  # messages at the start the engine saw at its last call: only the others are new
-    too_many: bool = False  # more messages than the threshold: the sawtooth's own rule
-    stuck: bool = False  # the last compaction did not help and the history has not grown since
-    tried: bool = False  # a step ran
-    summarized: bool = False  # the summarizer ran: at most one call per compaction
-    given: list[dict] = field(default_factory=list)  # the list compact was given: only its messages are archived
-    archived: set[int] = field(default_factory=set)  # ids of those archived in this compaction
-
-
-def step_names(entries: tuple) -> set[str]:
-    """The names of the steps `entries` run, those inside a step made of others too."""
-    names = set()
-    for entry in entries:
-        name, params = (entry, {}) if isinstance(entry, str) else entry
-        names |= {name} | step_names(params.get("steps", ()))
-    return names
-
-
-@dataclass
-class Tally:
-    """The engine's running sums of a history's tokens: the last list it measured, and the tokens
-    of its messages after the system prompt up to each position. A list that extends it, or a prefix
-    of it, costs only what is new, so the check before every call costs what the new messages cost
-    (lesson 03). Messages are values: replace one, never edit it in place."""
-
-    seen: list = field(default_factory=list)
-    sums: list = field(default_factory=lambda: [0])
-
-    def known(self, messages: list[dict]) -> int:
-        """How many messages at the start of `messages` are those at the start of the last list."""
-        n = min(len(messages), len(self.seen))
-        return n if messages[:n] == self.seen[:n] else 0  # compared at C speed, each by identity first
-
-    def __call__(self, messages: list[dict]) -> int:
-        """Tokens of `messages` after its system prompt."""
-        n = self.known(messages)
-        if n < len(messages):
-            self.seen, self.sums, head = self.seen[:n] + messages[n:], self.sums[:n + 1], system_head(messages)
-            for i in range(n, len(messages)):
-                self.sums.append(self.sums[-1] + (message_tokens(messages[i]) if i >= head else 0))
-        return self.sums[len(messages)]
-
-
-GROWTH_BEFORE_RETRY = 1.05  # after a compaction that did not help, wait for 5% growth before the next
-RECENT_FILES = 5  # the files a summary names as recently used
-SNIP_SHARE = 0.05  # an old output is snipped to this share of the effective window (at least 500 tokens)
-REATTACH_SHARE = 0.10  # re-attached file contents may take this share, and at most 8,000 tokens
-
-
-def reasoning(engine: Compactor, messages: list[dict], run: Pass) -> list[dict]:
-    """The cheapest step: the reasoning of finished exchanges without tool calls (lesson 05b)."""
-    return drop_old_reasoning(messages)
-
-
-def summarize_middle(engine: Compactor, messages: list[dict], run: Pass, tail: Callable | None = None,
-                     offline: bool = False, **options) -> list[dict]:
-    """The summary step: the middle between head and tail (`tail` finds them, the engine's boundaries
-    by default) becomes one summary, with the user's words carried below it (lesson 10). The latest
-    request stays a message, at the tail's start, cut to the user's room when longer. `offline`: the
-    extractive summary, no model call (the light tier); `options` go to the guard."""
-    head, start = (tail or boundaries)(engine, messages)
-    requests = user_requests(messages)
-    latest = requests[-1] if requests else None
-    middle = [m for m in messages[head:start] if m is not latest]
-    if run.level and not middle:  # "compact now": the tail shrinks to the newest group
-        start = max(head, find_cut(messages, 1, head))
-        middle = [m for m in messages[head:start] if m is not latest]
-    kept = messages[start:]
-    if latest is not None and not any(m is latest for m in messages[:head] + kept):
-        room = user_room(engine, messages)
-        kept = [*cut_over([latest], room, "the user's latest request is longer than its room; the archive "
-                          "holds it whole"), *kept]
-    held = precise_messages(middle, engine.precise_tools)  # never summarized: kept after the summary
-    exact = {id(h) for h in held}
-    middle = [m for m in middle if id(m) not in exact]
-    if not middle:
-        return messages
-    request = content_text(latest) if latest is not None else None
-    if not offline:  # what the summarizer reads is archived before it reads it
-        engine.archived(run.given, messages[:head] + held + kept, run)
-    text = engine.guard.offline(middle, run.focus) if offline else engine.guard(middle, run.focus, request, **options)
-    stood_in = "" if offline else engine.guard.stood_in  # the header says when the offline summary stood in
-    engine.state.summary = replaced_line(middle, engine.state, stood_in) + "\n" + text
-    engine.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
-    run.summarized = run.summarized or not offline
-    kept = held + kept
-    carry_user_words(engine.state, messages, messages[:head] + kept)
-    ack = [ACK] if kept and kept[0].get("role") == "user" else []
-    return [*messages[:head], summary_with_notes(engine, messages, run.focus, messages[:head] + kept), *ack, *kept]
+# --- The last step: the last resort, as far as it goes (lesson 13) ---------------------------
+# Without it: a latest turn larger than the window leaves the agent nothing to send.
 
 
 def last_resort(engine: Compactor, messages: list[dict], run: Pass) -> list[dict]:
@@ -1916,76 +1759,230 @@ def cut_everything(messages: list[dict], precise_tools: tuple = ()) -> list[dict
     return shorten_arguments(cut_over(messages, 60, why, keep, lines=(5, 5)), 200, keep=keep, why=why)
 
 
-def summary_with_notes(engine: Compactor, messages: list[dict], focus: str | None, kept: list[dict],
-                       whole: bool = True) -> dict:
-    """The summary message: the rolling summary, then what the engine itself carries: the user's
-    words not in `kept`, the focus it was asked for, the recent files (their current text when the
-    engine can read it), and where the archive is."""
-    effective = engine.budget.effective(list(messages))
-    extra = [user_notes(engine.state, list(kept), user_room(engine, messages), engine.archive is not None, whole)]
-    if focus and whole:
-        extra.append(f"Focus of this compaction: {focus}")
-    if engine.state.recent_files and whole:  # when even the last resort is tight, only the user's words
-        extra.append("Recently used files (reopen them if you need their content): "
-                     + ", ".join(engine.state.recent_files))
-    extra += reattached(engine, min(8_000, int(REATTACH_SHARE * effective))) if whole else []
-    if engine.archive is not None:
-        extra.append(f"The full text of the compacted turns is archived in {engine.archive.path}; "
-                     "the recall tool searches it.")
-    return summary_message(with_notes(engine.state.summary, "\n\n".join(e for e in extra if e)))
-
-
-def reattached(engine: Compactor, budget: int) -> list[str]:
-    """The current text of the most recent files, newest first, within `budget` tokens."""
-    blocks = []
-    for path in reversed(engine.state.recent_files if engine.reattach else []):
-        text = engine.reattach(path)
-        if text is None or text_tokens(text) + 20 > budget:
-            continue
-        blocks.append(f"Current content of {path}:\n```\n{text}\n```")
-        budget -= text_tokens(text) + 20
-    return blocks
-
-
 # The engine's own steps; Part III adds the ladder's. Each takes the engine, the messages and the
 # pass, then its parameters, and returns the messages.
 STEPS: dict[str, Callable] = {"reasoning": reasoning, "summary": summarize_middle, "last resort": last_resort}
 
 
-def replaced_line(middle: list[dict], state: CompactState, stood_in: str = "") -> str:
-    """The summary's first line says what it replaced (messages, tokens, the agent's turns) and
-    when, as the compaction's number, so it can be checked against the archive (lesson 04), and
-    when the summary model failed, that this summary was made without it (echo-agent)."""
-    turns = sum(1 for m in middle if m.get("role") == "assistant")
-    span = f"turns {state.turns + 1}-{state.turns + turns}" if turns else "no agent turns"
-    why = f"; {stood_in}, so the summary below was extracted from the turns without it" if stood_in else ""
-    return (f"(Compaction {state.compactions + 1} replaced {len(middle)} messages, "
-            f"~{estimate_tokens(middle):,} tokens, {span}{why}.)")
+# --- How the engine ends: a valid list (lesson 08) -------------------------------------------
+# Without it: a stray system message or an unanswered call in the kept tail is an HTTP 400.
 
 
-@dataclass(frozen=True)
-class Budget:
-    """How many tokens the history may use: the window, less the reserved output, the system
-    prompt, the tool schemas and a safety margin for estimates (lesson 03)."""
+LOST_RESULT = "[result lost during context compression]"
 
-    context_window: int = 128_000  # tokens the model accepts in one request
-    reserved_output: int = 8_000  # tokens kept free for the model's answer
-    trigger: float = 0.7  # compact when the history passes this share of the effective window
-    target: float = 0.5  # and bring it down to this share, so the next turns do not re-trigger
-    fixed_tokens: int = 0  # what every request carries besides messages: the tool schemas
-    margin: float = 0.0  # share of the window held back because estimates err
 
-    def effective(self, messages: list[dict]) -> int:
-        system = sum(message_tokens(m) for m in messages[:system_head(messages)])
-        usable = self.context_window * (1 - self.margin) - self.reserved_output - self.fixed_tokens
-        return max(0, int(usable) - system)
+def repair(messages: list[dict], problems: list[str] | None = None) -> list[dict]:
+    """The one validator: make a list valid, returning the input itself when it already is. A late
+    system message becomes a user note, orphan results (as OpenHands drops them) and empty assistant
+    turns go, and an unanswered call gets a placeholder result; `problems`, when given, gets a line
+    for each of these, which a provider would have refused (lesson 08). A message with no valid
+    role is not guessed at: check_messages raises."""
+    check_messages(messages)
+    said = problems.append if problems is not None else (lambda line: None)
+    pairs = pair_tool_results(messages)
+    answered = {id(call) for call in pairs.values()}
+    out: list[dict] = []
+    for start, end in groups(messages):
+        for i in range(start, end):
+            m, role = messages[i], messages[i].get("role")
+            if role == "system" and i > 0:
+                said(f"message {i}: a system message after the start")
+                out.append({"role": "user", "content": "[system note] " + content_text(m)})
+            elif role == "tool" and i not in pairs:
+                said(f"message {i}: a tool result with no matching call just before it")
+            elif role == "assistant" and not content_text(m) and not m.get("tool_calls"):
+                said(f"message {i}: an assistant message with neither text nor tool calls")
+            else:
+                out.append(m)
+        opened = messages[start].get("tool_calls") if messages[start].get("role") == "assistant" else None
+        for call in opened or []:  # the end of a group: answer what is still open
+            if id(call) not in answered:
+                said(f"message {start}: tool call {call.get('id')} has no result")
+                out.append({"role": "tool", "tool_call_id": call.get("id"), "content": LOST_RESULT})
+    return messages if len(out) == len(messages) and all(a is b for a, b in zip(out, messages)) else out
 
-    def history(self, messages: list[dict]) -> int:
-        """Tokens of the messages after the system prompt, summed as the engine sums them."""
-        return Tally()(messages)
 
-    def over(self, messages: list[dict], ratio: float) -> bool:
-        return self.history(messages) > ratio * self.effective(messages)
+def precise_messages(messages: list[dict], precise_tools: tuple = ()) -> list[dict]:
+    """Every message of a call group that has a result of a precise tool (a database query, a
+    balance): no step may summarize, evict or cut them; they stay word for word (lesson 14)."""
+    if not precise_tools:
+        return []
+    precise = {i for i, call in pair_tool_results(messages).items() if call_name(call) in precise_tools}
+    return [messages[i] for start, end in groups(messages) if precise.intersection(range(start, end))
+            for i in range(start, end)]
+
+
+def check_precise(engine: Compactor, messages: list[dict], run: Pass) -> None:
+    """Precise results no step may touch: when they alone pass the window, fail before any step runs."""
+    if engine.precise_tools and not run.tried:
+        precise = sum(message_tokens(m) for m in precise_messages(messages, engine.precise_tools))
+        if precise > run.effective:
+            raise overflow(engine, messages, precise)
+
+
+def overflow(engine: Compactor, out: list[dict], after: int) -> ContextOverflowError:
+    """What did not fit after the last resort, and how much of it the results of precise tools hold."""
+    precise = sum(message_tokens(m) for m in precise_messages(out, engine.precise_tools))
+    return ContextOverflowError(
+        f"the latest turn with the pinned constraints needs {after:,} tokens but only "
+        f"{engine.budget.effective(out):,} are left in the window after the last resort"
+        + (f"; the results of precise tools ({', '.join(engine.precise_tools)}), which are never "
+           f"compressed, take {precise:,} of them" if precise else "")
+        + "; raise CONTEXT_WINDOW or shorten the latest message or tool output")
+
+
+def cannot(engine: Compactor, messages: list[dict], usage) -> ContextOverflowError:
+    """Asked to compact harder than as far as it goes, or to compact under a policy with no steps."""
+    tokens = request_tokens(messages, usage, engine.fixed_tokens)
+    if not engine.layers:
+        return ContextOverflowError(f"the history (~{tokens:,} tokens) no longer fits the window and --strategy "
+                                    f"{engine.policy} does not compact: choose another")
+    return ContextOverflowError(f"the request still does not fit the window after compacting it as far as it goes "
+                                f"(~{tokens:,} tokens, {engine.policy}); raise the server's context size and "
+                                "CONTEXT_WINDOW, or shorten the latest message")
+
+
+# --- How the engine ends: the archive (lesson 09) --------------------------------------------
+# Without it: what a compaction removes is gone for good; the recall tool has nothing to read.
+
+
+def map_strings(value, fn: Callable):
+    """Apply `fn` to every string inside parsed JSON (dicts, lists), keeping the structure."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_strings(v, fn) for v in value]
+    return value
+
+
+SECRET_TOKEN = re.compile(r"\b(?:sk-[\w-]{16,}|gh[pousr]_\w{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[\w-]{10,}"
+                          r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})|(?<=[Bb]earer )[\w.~+/-]{8,}=*")
+# A literal after a secret-like name: quoted (`"api_key": "…"`, `password = '…'`, with \" inside
+# JSON arguments) or a NAME=value line. Never an expression: `token = request.GET.get("token")`.
+# The name starts a word and is at most 64 characters on each side of its keyword: a regex that may
+# start anywhere inside a long word re-reads it from every position (16 s for a 16,000-character one).
+_SECRET_NAME = r"(?<![\w-])[\w-]{0,64}(?:api[_-]?key|token|secret|password|passwd)[\w-]{0,64}"
+SECRET_VALUE = re.compile(rf"((?i:{_SECRET_NAME})\\*[\"']?\s*[:=]\s*(\\*[\"']))([^\s\"'\\{{]{{8,}})(?=\2)"
+                          rf"|(?m:^((?i:export\s+)?(?i:{_SECRET_NAME})=))([^\s\"'$`({{]{{8,}})(?m:$)")
+
+
+def mask_secrets(value):
+    """Mask API keys and secret literals in every string inside a message; code stays as written
+    (lesson 09)."""
+    def mask(text: str) -> str:
+        text = SECRET_TOKEN.sub("[secret masked]", text)
+        return SECRET_VALUE.sub(lambda m: (m[1] + "[secret masked]") if m[1] else (m[4] + "[secret masked]"), text)
+    return map_strings(value, mask)
+
+
+@dataclass
+class Archive:
+    """An append-only JSONL transcript of every message that leaves the context, byte for byte but
+    for masked secrets. It is written and fsync'ed before the message goes (lesson 09)."""
+
+    path: Path  # the .jsonl file; its folder is created owner-only
+
+    @classmethod
+    def in_folder(cls, folder: str | Path, session: str | None = None) -> "Archive":
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        session = session or time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+        return cls(folder / f"session-{session}.jsonl")
+
+    def append(self, messages: list[dict], compaction: int) -> None:
+        lines = "".join(json.dumps({"compaction": compaction, "message": mask_secrets(m)},
+                                   ensure_ascii=False) + "\n" for m in messages)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # owner-only
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(lines)
+            f.flush()
+            # durability: without fsync a crash may lose what left the context. The SIGKILL test
+            # checks the write happened before the call returned; a power cut cannot be tested here.
+            os.fsync(f.fileno())
+
+    def records(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line]
+
+    def search(self, query: str, limit: int = 5, width: int = 300) -> str:
+        """The newest archived messages that contain every word of `query`, numbered for `read`."""
+        words = query.lower().split()
+        hits = []
+        for n, record in enumerate(self.records()):
+            m = record["message"]
+            text = content_text(m) + " " + " ".join(describe_call(c) for c in m.get("tool_calls") or [])
+            if all(w in text.lower() for w in words):
+                hits.append(f"#{n} [{m.get('role')}] {' '.join(text.split())[:width]}")
+        return "\n".join(hits[-limit:]) or f"no archived message contains {query!r}"
+
+    def read(self, n: int, max_chars: int = 8_000) -> str:
+        records = self.records()
+        if not 0 <= n < len(records):
+            return f"no archived message #{n}; the archive holds {len(records)}"
+        m = records[n]["message"]
+        if isinstance(m.get("content"), str):  # snip by lines, which keeps error lines from the cut part
+            m = {**m, "content": cut_text(m["content"], max_chars // 3)}
+        return json.dumps(m, ensure_ascii=False, indent=1)
+
+
+# --- Refusals the engine reads (lesson 03) ----------------------------------------------------
+# Without it: each server family words "too long" its own way; an agent that reads only one of them
+# stops with a traceback on the others.
+
+
+# A server's "the request is too long", one pattern a family; each is a fixture in tests/test_refusals.py.
+OVERFLOW = re.compile("|".join([
+    r"context_length_exceeded|maximum context length|context window|too many tokens",  # OpenAI, DeepSeek
+    r"prompt is too long",  # Anthropic and its compatible endpoints
+    r"exceeds? the available context size|exceed_context_size_error|input is too large to process",  # llama-server
+    r"is longer than the maximum model length|maximum model length",  # vLLM
+    r"Range of input length should be",  # DashScope (Qwen)
+    r"context length|n_ctx|too long for the context|exceeds the context",  # LM Studio, Ollama
+    r"input token count .{0,40}exceeds the maximum number of tokens",  # Gemini (OpenAI-compatible)
+    r"`inputs` tokens \+ `max_new_tokens` must be <=|`inputs` must have less than \d+ tokens",  # TGI
+    r"reduce the length of the messages",  # Groq's message, also without its code
+]), re.I)
+
+
+def is_context_overflow(error: Exception) -> bool:
+    """True for a server's "context too long" refusal, whatever its exact wording; the body too, since
+    the client's message leaves out an error that is a bare string (LM Studio)."""
+    body = getattr(error, "body", None)
+    return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
+# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
+
+
+# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
+COUNTED = re.compile(r"(\d+) in the messages|resulted in (\d+) tokens|prompt \(length (\d+)\)"
+                     r"|n_prompt_tokens\W+(\d+)|prompt is too long: (\d+) tokens"
+                     r"|input token count \((\d+)\)|Given: (\d+) `inputs` tokens|less than \d+ tokens\. Given: (\d+)")
+
+
+def refused_size(error: Exception) -> int | None:
+    """How many tokens the server said the refused request had, or None."""
+    match = COUNTED.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+    return int(next(g for g in match.groups() if g)) if match else None
+
+
+# The window a refusal names: OpenAI and llama-cpp-python, llama-server, vLLM, DashScope, Anthropic,
+# LM Studio, Gemini, TGI (each in tests/test_refusals.py, with its source).
+WINDOW_SAID = re.compile(r"maximum context length is (\d+)|available context size \((\d+) tokens\)|\"n_ctx\":\s*(\d+)"
+                         r"|maximum model length (?:is|of) (\d+)|input length should be \[1, (\d+)\]|> (\d+) maximum"
+                         r"|context length of only (\d+)|maximum number of tokens allowed \((\d+)\)"
+                         r"|`max_new_tokens` must be <= (\d+)|`inputs` must have less than (\d+) tokens")
+
+
+def window_said(error: Exception) -> int | None:
+    """The window a "too long" refusal names, or None when it names none."""
+    found = WINDOW_SAID.search(f"{error} {json.dumps(getattr(error, 'body', None), default=str)}")
+    return int(next(g for g in found.groups() if g)) if found else None
+
+
+class ContextOverflowError(RuntimeError):
+    """The history cannot be made to fit the window: the message says what did not fit."""
 
 
 # ============================================================================================
