@@ -176,10 +176,11 @@ class Compactor:
 
     @property
     def budget(self) -> Budget:
-        window = min(self.context_window, self.state.window or self.context_window)  # a refusal may name less,
+        """The window's arithmetic; a refusal may name a smaller window, and a quarter of it is then what
+        the reply keeps, at most what was configured."""
+        window = min(self.context_window, self.state.window or self.context_window)
         reserved = min(self.reserved_output, window // 4) if window < self.context_window else self.reserved_output
-        return Budget(window, reserved, self.trigger, self.target, self.fixed_tokens, self.margin)  # and a
-        # quarter of it is then what the reply keeps, at most what was configured
+        return Budget(window, reserved, self.trigger, self.target, self.fixed_tokens, self.margin)
 
     @property
     def report(self) -> list[tuple[str, int, int, float]]:
@@ -208,17 +209,16 @@ class Compactor:
         self.state.report = []
         head = estimate_tokens(messages[:system_head(messages)]) - 3
         size = request_tokens(messages, usage, self.fixed_tokens, self.tally) - self.fixed_tokens - head - 3
-        run = Pass(focus, level, size=size, ratio=max(1.0, size / max(1, self.tally(messages))), known=known,
-                   effective=self.budget.effective(messages), too_many=0 < self.threshold < len(messages),
-                   given=messages)
+        run = Pass(focus, level, size=size, before=size, ratio=max(1.0, size / max(1, self.tally(messages))),
+                   known=known, effective=self.budget.effective(messages), given=messages,
+                   too_many=0 < self.threshold < len(messages))
         run.stuck = size <= self.state.floor and size <= run.effective  # no help last time, no growth since
         return run
 
     def rules(self, messages: list[dict], run: Pass) -> list[dict]:
-        """What every policy does at every call, on what came since the last (everything when
-        forced): a user message over half the room for messages is cut to it (archived whole), and
-        with steps, an old tool output over TOO_LARGE_SHARE of it once read (five-layer: one message
-        too large is its own trigger). The trigger is then judged on what they left."""
+        """What every policy does at every call, on what came since the last (all when forced): a user
+        message over half the room for messages is cut to it, and with steps an old tool output over
+        TOO_LARGE_SHARE of it (five-layer: one message too large is its own trigger)."""
         start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
         look = messages[start:]  # the group of the last message seen before, which may have been unseen
         out = cut_request(self, look, run.effective)
@@ -237,10 +237,9 @@ class Compactor:
         return out
 
     def run_steps(self, messages: list[dict], entries: tuple, run: Pass) -> list[dict]:
-        """The steps in order, cheapest first, each kept only if it shrank the history. A step runs
-        when due (`at`) and while the history is over its `until`; the summary is how the engine
-        compacts now, so forced or past the threshold it runs whatever `until` says (unless a summary
-        was made already), and as far as it goes (level 2) the last resort runs too."""
+        """The steps in order, cheapest first, each when due (`at`) and while the history is over its
+        `until`. The summary is how the engine compacts now: forced or past the threshold it runs
+        unless one was made already; as far as it goes (level 2) the last resort runs too."""
         out = messages
         for step in self.steps(entries):
             now = run.level or run.too_many  # compact now: the summary runs, unless one was made already
@@ -265,9 +264,8 @@ class Compactor:
         return found
 
     def due(self, at: float, run: Pass) -> bool:
-        """A step whose share is `at` may run: forced, or every call (`at` 0), or once the history
-        passed that share or holds more messages than the threshold, unless the last compaction did
-        not help and the history has not grown since."""
+        """A step may run when forced, every call (`at` 0), or once the history passed `at` or the threshold,
+        unless the last compaction did not help and the history has not grown since."""
         return bool(run.level) or at == 0 or (not run.stuck and (run.size > at * run.effective or run.too_many))
 
     def apply(self, step: Step, messages: list[dict], run: Pass) -> list[dict]:
@@ -283,9 +281,9 @@ class Compactor:
         return messages
 
     def finish(self, messages: list[dict], out: list[dict], run: Pass) -> list[dict]:
-        """The one archive point: what `out` no longer holds of `messages` is archived whole, then the
-        list is repaired, checked to fit and counted. `messages` itself when nothing changed (a
-        forced compaction's list is repaired all the same)."""
+        """How every compaction ends: the list repaired, what it no longer holds of `messages` archived
+        whole, then checked to fit and counted. `messages` itself when nothing changed (a forced
+        compaction's list is repaired all the same)."""
         out = repair(out) if out is not messages or run.level else out
         if out is messages and (run.size <= run.effective or not self.layers):
             if run.tried:  # nothing helped: wait until the history grows before trying again
@@ -296,7 +294,7 @@ class Compactor:
         if after > run.effective and self.layers:
             raise overflow(self, out, after)
         self.state.compactions += 1
-        self.state.tokens_saved += max(0, run.size - after)
+        self.state.tokens_saved += max(0, run.before - after)
         self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * run.effective else 0
         return out
 
@@ -371,6 +369,7 @@ class Pass:
     focus: str | None = None  # what the summary must keep, from the compact tool or /compact
     level: int = 0  # 0: when due; 1: now; 2: as far as it goes
     size: int = 0  # the history's tokens as the server counts them, after the rules
+    before: int = 0  # ... and before them
     ratio: float = 1.0  # the server's count over our estimate, when it counted more: estimates scale up
     effective: int = 0  # the room for messages in the window
     known: int = 0  # messages at the start the engine saw at its last call: only the others are new
