@@ -2324,12 +2324,15 @@ def batch(engine: Compactor, messages: list[dict], run: Pass, steps: tuple = ())
     return out
 
 
-def compact_history(engine: Compactor, messages: list[dict], run: Pass, chars: int = 50_000, **summary):
+def compact_history(engine: Compactor, messages: list[dict], run: Pass, chars: int = 50_000, keep_recent: int = 1):
     """evo-agent's CompactHistory: once the history, MicroCompact done, still holds more than `chars`
-    characters (the system prompt aside), the summary runs (lesson 16)."""
+    characters (the system prompt aside), all of it but the newest `keep_recent` messages (walked
+    back to their call) becomes the summary, "from dozens of messages to one" (lesson 16)."""
     held = sum(len(content_text(m)) + sum(len(call_arguments(c)) for c in m.get("tool_calls") or [])
                for m in messages[system_head(messages):])
-    return summarize_middle(engine, messages, run, **summary) if held > chars or run.level else messages
+    if held <= chars and not run.level:
+        return messages
+    return summarize_middle(engine, messages, run, tail=lambda engine, listed: boundaries(engine, listed, keep_recent))
 
 
 def lossy(at: float, until: float, *entries) -> tuple:

@@ -194,3 +194,30 @@ def test_the_agent_runs_a_preset_from_the_command_line(capsys, monkeypatch, tmp_
     assert wrong.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "'nine-layer'" in err, err
+
+
+def test_evo_agent_compacts_the_whole_history_once_it_still_holds_50000_characters():
+    """000 evo-agent, 第二层: 微压缩之后 ... 如果仍然超过 50,000 字符，就触发全量压缩, whatever the window."""
+    talk = [m for i in range(30) for m in (assistant(f"Plan {i}: " + "step " * 400), user(f"Fine, go on {i}."))]
+    big = [system(), user("Survey the code."), *grow(40, size=400), *talk]  # what masking leaves: ~60,000 characters
+    small = [system(), user("Survey the code."), *grow(40, size=400), *talk[:10]]  # the outputs: masked first
+    for messages, summarized in ((big, True), (small, False)):
+        evo = Compactor(policy="evo-agent", context_window=1_000_000, summarize=summarize_extractive)
+        out = evo.compact(messages)
+        assert any(compact.is_summary(m) for m in out) == summarized
+        assert "compact history" in [name for name, *_ in evo.report]
+    assert Compactor(policy="layered", context_window=1_000_000).compact(big) is big  # far below the token trigger
+
+
+def test_echo_agents_pruner_protects_its_token_budget_tail_not_the_last_three_results():
+    """003 echo-agent, 工具剪枝: 先按 tail budget 找到受保护的尾部消息; 尾部之外的旧工具结果 become placeholders."""
+    messages = [system(), user("Survey the code."), *grow(20, size=120), user("Go on.")]
+    window = int(compact.estimate_tokens(messages) / 0.8)
+    echo = Compactor(policy="echo-agent", context_window=window, reserved_output=0)
+    [mask] = [step for step in echo.steps(echo.layers) if step.name == "mask"]
+    out = mask.run(messages, compact.Pass())
+    tail = compact.boundaries(echo, messages)[1]
+    whole = [i for i, m in enumerate(out) if m.get("role") == "tool" and not content_text(m).startswith(compact.PRUNED)]
+    assert whole == [i for i, m in enumerate(messages) if m.get("role") == "tool" and i >= tail] and len(whole) > 3
+    layered = compact.mask_old_tool_results(messages)  # the default pruner keeps the last 3 results
+    assert sum(m.get("role") == "tool" and not content_text(m).startswith(compact.PRUNED) for m in layered) == 3
