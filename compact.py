@@ -1239,8 +1239,6 @@ def render_summary(sections: dict[str, list[str]]) -> str:
 EARLIER = "Earlier, in one line"  # a graded summary's oldest progress, folded into one line
 # The one summary format: the sections a model is asked for (SECTIONS_PROMPT) and the offline summary
 # writes, in this order. The user's words are not among them: the state carries them (user_notes).
-# The one summary format: the sections a model is asked for (SECTIONS_PROMPT) and the offline summary
-# writes, in this order. The user's words are not among them: the state carries them (user_notes).
 SECTIONS = {EARLIER: "the oldest progress, in one line, when an earlier summary had it",
             "Decisions": "what was decided, and why",
             "Files changed": "every file written or edited, its path exactly as written",
@@ -1254,12 +1252,9 @@ SECTIONS = {EARLIER: "the oldest progress, in one line, when an earlier summary 
             "Next step": "what to do next",
             "Relevant to the focus": "what matters for the focus, when one is given"}
 # Past the budget these give way first, the first named first.
-# Past the budget these give way first, the first named first.
 EXPENDABLE = ("Progress", "Relevant to the focus", "Identifiers", "Files in outputs", "Calls (arguments verbatim)",
               "Files read", "Decisions", "Errors seen", "Files changed")
 NEWEST = {"Progress": 3, "Next step": 1, "Relevant to the focus": 5}  # items a section keeps, the newest
-# Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
-# share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
 # Each of these lists, what an earlier summary carried and what is new, the newest first, may take this
 # share of the summary's budget: a rule a reader can state, not a count fitted to one measure.
 SHARES = {"Identifiers": IDENTIFIER_SHARE, "Calls (arguments verbatim)": CALL_SHARE, "Files in outputs": 0.10}
@@ -1549,9 +1544,6 @@ def backfill(summary: str, messages: list[dict]) -> str:
 
 
 UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages do not back up
-# What the turns forbid: the action after a negation ("do not modify the deploy script" → "modify the
-# deploy", "不要修改部署脚本" → "修改部署"). A summary that states the action with no negation before it has
-# reversed the rule: echo-agent's own example of drift.
 # What the turns forbid: the action after a negation ("do not modify the deploy script" → "modify the
 # deploy", "不要修改部署脚本" → "修改部署"). A summary that states the action with no negation before it has
 # reversed the rule: echo-agent's own example of drift.
@@ -1963,7 +1955,6 @@ def is_context_overflow(error: Exception) -> bool:
     the client's message leaves out an error that is a bare string (LM Studio)."""
     body = getattr(error, "body", None)
     return bool(OVERFLOW.search(f"{getattr(error, 'code', '')} {error} {json.dumps(body, default=str)}"))
-# The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
 
 
 # The size the server counted, when its refusal says it: OpenAI, DeepSeek, llama-cpp-python, vLLM, Anthropic.
