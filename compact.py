@@ -1550,6 +1550,19 @@ UNVERIFIED = "(unverified)"  # how a summary marks a claim its source messages d
 NEGATED = re.compile(r"\b(?:do not|don't|never|must not|mustn't|should not|shouldn't|may not|not to)\s+"
                      r"((?:[\w/.-]+[ \t]+){1,2}[\w/.-]+)|(?:不要|别|不许|不准|禁止|不能|不得|勿)([^\W\d_]{4})", re.I)
 NEGATION = re.compile(r"\b(?:not|never|no)\b|n't\b|[不别勿]|禁止", re.I)
+FILLER = {"the", "a", "an", "any", "this", "that", "it", "yet", "now", "again", "ever", "to", "until", "for", "on"}
+
+
+def stated(action: str, line: str) -> int:
+    """Where `line` states the forbidden `action` (lower case), or -1: its verb in any form, then its
+    first other word that is not filler, within 40 characters ("modify deploy.sh yet" is stated by
+    "Modified deploy.sh")."""
+    words = [w.strip(".,;:!?") for w in action.split() if w not in FILLER][:2]
+    if len(words) < 2:
+        return line.find(action)
+    verb = words[0][:-1] if len(words[0]) > 4 else words[0]  # modif(y|ied|ying), chang(e|ed)
+    found = re.search(rf"\b{re.escape(verb)}\w*\b.{{0,40}}?{re.escape(words[1])}", line)
+    return found.start() if found else -1
 
 
 def flag_unverified(summary: str, source: str, confidence: bool = False) -> str:
@@ -1557,15 +1570,15 @@ def flag_unverified(summary: str, source: str, confidence: bool = False) -> str:
     what the source forbids without the negation, is marked (unverified), and the next update checks
     or drops it instead of repeating it. With `confidence` the mark says how many of the line's facts
     were found (lesson 14)."""
-    forbidden = {(m[1] or m[2]).lower(): re.match(r"[^.,;!?。，；！？\n]*", source[m.start():m.start() + 120])[0]
-                 for m in NEGATED.finditer(source)}  # the action, and the rule as the turns word it
+    forbidden = {(m[1] or m[2]).lower(): re.split(r"[,;，；]", sentences(source[m.start():m.start() + 120])[0])[0]
+                 for m in NEGATED.finditer(source)}  # the action, and the rule as the turns word it (one clause)
     lines = []
     for line in summary.split("\n"):
         checked = re.sub(r"×\d+", "", line)  # "bash ×12" is counted by the summarizer, not quoted
         facts = re.findall(r"\d[\d.,:]*\d|\d", checked) + PATH.findall(checked)
         missing = [f for f in facts if f not in source]
         low = line.lower()
-        said = [rule for action, rule in forbidden.items() for at in [low.find(action)]
+        said = [rule for action, rule in forbidden.items() for at in [stated(action, low)]
                 if at >= 0 and not NEGATION.search(low[max(0, at - 20):at])]
         if said and not line.endswith(UNVERIFIED):
             line += f' (the turns say "{said[0]}") {UNVERIFIED}'
@@ -2011,12 +2024,25 @@ def error_lines(text: str, first: int = 1, last: int = 2) -> list[str]:
     return found if len(found) <= first + last else found[:first] + found[-last:]
 
 
+CUT_MARK = re.compile(r"\n?\[… ([\d,]+) (lines|chars) cut\b[^\n]*…\]\n?")  # the markers the one cutter writes
+
+
+def uncut_size(text: str) -> tuple[int, int]:
+    """(lines, characters) a text had before the one cutter cut it: what it shows without the
+    markers, plus what they say was cut, so a placeholder counts the whole output."""
+    cut = {"lines": 0, "chars": 0}
+    for n, unit in CUT_MARK.findall(text):
+        cut[unit] += int(n.replace(",", ""))
+    shown = CUT_MARK.sub("\n", text)
+    return shown.rstrip("\n").count("\n") + 1 + cut["lines"] - (cut["chars"] > 0), len(shown) + cut["chars"]
+
+
 def placeholder(call: dict, text: str) -> str:
     """What a masked result says: the call, its size, what to re-run, and what it held that a
     later step may need: a search's match count, the paths it named, its error lines (lesson 05)."""
-    lines = text.rstrip("\n").count("\n") + 1
-    kind = {"read_file": f"{len(text):,} chars, {lines:,} lines of the file", "bash": f"{lines:,} lines of output"}
-    head = f"{PRUNED} {describe_call(call)}: {kind.get(call_name(call), f'{len(text):,} chars')}"
+    lines, chars = uncut_size(text)  # a snipped output is counted whole
+    kind = {"read_file": f"{chars:,} chars, {lines:,} lines of the file", "bash": f"{lines:,} lines of output"}
+    head = f"{PRUNED} {describe_call(call)}: {kind.get(call_name(call), f'{chars:,} chars')}"
     if call_name(call) == "bash" and re.search(r"\b(grep|rg|find)\b", describe_call(call, 200)):
         head += f", {lines - 1:,} matches"  # the first line is bash's "exit code N"
     found: dict[str, None] = {}  # the first five distinct paths: a long output need not be read to its end

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from test_layers import assistant, system, tool_turn, user
 
 import compact
@@ -192,3 +194,16 @@ def test_echo_agent_always_follows_its_summary_with_an_acknowledgement():
         refused = {r["template"] for r in chat_templates.rejections({"messages": out})}
         assert refused <= {r["template"] for r in chat_templates.rejections({"messages": default})}  # none new
     assert messages == frozen
+
+
+@pytest.mark.parametrize("rule, summary", [
+    ("Do not modify deploy.sh yet.", "- Modify deploy.sh to fix the 502"),  # the issue's case: "yet" is filler
+    ("Please don't modify deploy.sh.", "- Modified deploy.sh and restarted the service"),  # another form of the verb
+    ("You must not change the public API.", "- Changed the public API as planned"),
+    ("不要修改部署脚本，先看日志。", "- 修改部署脚本以修复 502"),
+])
+def test_drift_is_caught_when_the_summary_states_the_forbidden_action_in_other_words(rule, summary):
+    """003 echo-agent, 语义漂移: "暂时不要修改部署脚本" summarized as "用户要求修改部署脚本" reverses the rule."""
+    flagged = compact.flag_unverified(summary, rule)
+    assert flagged.endswith(compact.UNVERIFIED) and "the turns say" in flagged
+    assert "the turns say" not in compact.flag_unverified("- Do not " + summary[2:].lower(), rule)  # kept as said

@@ -767,3 +767,12 @@ def test_snip_keeps_the_first_and_the_last_error_lines_when_the_cut_part_has_man
     out = cut_text("\n".join(lines), 10**6).split("\n")
     kept = [line for line in out if line.startswith("ERROR")]
     assert kept == [f"ERROR step {i} failed" for i in [*range(5), *range(25, 40)]]  # the first 5, the last 15
+
+
+def test_a_masked_output_that_was_snipped_says_how_many_lines_it_had_in_all():
+    """Issue 37: five-layer's placeholder after a snip said "123 lines" for a 700-line output."""
+    output = "\n".join(f"step {i} ok" for i in range(700))
+    snipped = cut_text(output, 10**6, lines=(100, 20))
+    note = compact.placeholder(call("c1", "bash", command="cat job.log"), snipped)
+    assert note.startswith("[pruned] bash(cat job.log): 700 lines of output")
+    assert compact.uncut_size(cut_text("x" * 50_000, 1_000)) == (1, 50_001)  # a cut line: still one line
