@@ -231,7 +231,7 @@ class Compactor:
                            keep | {id(m) for m in precise_messages(out, self.precise_tools)}, to=limit // 4)
         if out is look:
             return messages
-        out = [*messages[:start], *out]
+        out = run.trace("too large", messages, [*messages[:start], *out])
         self.state.report.append(("too large", run.size, self.size(out, run), 0.0))
         run.size = self.size(out, run)
         return out
@@ -276,7 +276,7 @@ class Compactor:
         before, after = self.size(messages, run), self.size(new, run)
         self.state.report.append((step.name, before, after, time.perf_counter() - clock))
         if before - after >= step.frees:
-            return new
+            return run.trace(step.name, messages, new)
         self.state.summary, self.state.turns = kept
         return messages
 
@@ -296,17 +296,17 @@ class Compactor:
         self.state.compactions += 1
         self.state.tokens_saved += max(0, run.before - after)
         self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * run.effective else 0
+        self.state.log = [*self.state.log, compaction_record(self, messages, out, after, run)][-LOG_KEPT:]
         return out
 
     def archived(self, messages: list[dict], kept: list[dict], run: Pass) -> None:
         """The one archive point: every message of the compaction's input that `kept` does not hold is
         written whole, once, before it leaves: at the end, and first of all before a summarizer reads
         what leaves (echo-agent: archive, then summarize; the order cannot be reversed) (lesson 09)."""
-        held = {id(m) for m in kept} | run.archived
+        held = {id(m) for m in kept} | run.records.keys()
         gone = [m for m in messages if id(m) not in held]
-        run.archived.update(id(m) for m in gone)
-        if self.archive is not None and gone:
-            self.archive.append(gone, self.state.compactions + 1)
+        first = self.archive.append(gone, self.state.compactions + 1) if self.archive is not None and gone else None
+        run.records.update((id(m), None if first is None else first + k) for k, m in enumerate(gone))
 
     def size(self, messages: list[dict], run: Pass) -> int:
         """The history's tokens by our estimate, scaled up to the server's count."""
@@ -378,7 +378,22 @@ class Pass:
     tried: bool = False  # a step ran
     summarized: bool = False  # the summarizer ran: at most one call per compaction
     given: list[dict] = field(default_factory=list)  # the list compact was given: only its messages are archived
-    archived: set[int] = field(default_factory=set)  # ids of those archived in this compaction
+    records: dict[int, int | None] = field(default_factory=dict)  # id of one archived -> its record's number
+    rewrites: dict[int, tuple[str, dict]] = field(default_factory=dict)  # id -> (the step, what it made of it)
+    gone: dict[int, str] = field(default_factory=dict)  # id -> the step that took it out of the list
+    made: dict[int, str] = field(default_factory=dict)  # id of a message no input held -> the step that made it
+
+    def trace(self, name: str, before: list[dict], after: list[dict]) -> list[dict]:
+        """Note what step `name` did to each message, for the compaction's record (the page that shows
+        it): a step that keeps the length rewrote those that differ; otherwise those it dropped are
+        gone. Returns `after`."""
+        held, were = {id(m) for m in after}, {id(m) for m in before}
+        if len(before) == len(after):
+            self.rewrites.update((id(a), (name, b)) for a, b in zip(before, after) if a is not b)
+        else:
+            self.gone.update((id(m), name) for m in before if id(m) not in held)
+        self.made.update((id(m), name) for m in after if id(m) not in were)
+        return after
 
 
 @dataclass
@@ -404,6 +419,43 @@ class CompactState:
     window: int = 0  # tokens: the window a server's refusal named when smaller than the configured one
     report: list[tuple[str, int, int, float]] = field(default_factory=list)  # the last compaction's
     # steps: (name, tokens before, tokens after, seconds)
+    log: list[dict] = field(default_factory=list)  # the newest compactions, as compaction_record wrote each
+
+
+LOG_KEPT = 200  # compactions whose record the state keeps for the page that shows them, the newest
+PREVIEW_CHARS = 120  # characters of a message the record shows; the archive holds it whole
+
+
+def block(message: dict) -> str:
+    """What a message is, as the page colours it."""
+    if is_summary(message):
+        return "summary"
+    if message.get("role") == "assistant" and message.get("tool_calls"):
+        return "tool call"
+    return {"tool": "tool result"}.get(message.get("role"), message.get("role"))
+
+
+def compaction_record(engine: Compactor, given: list[dict], out: list[dict], after: int, run: Pass) -> dict:
+    """One compaction as the page shows it: the window's lines, the steps, every message before (its
+    size, what the steps did to it, its archive record) and after (what made the new ones, and their
+    text). Drawn from what the compaction did, kept in the state and so in the session file."""
+    final = {id(m) for m in out}
+
+    def fate(m: dict) -> str:
+        steps, current = [], m
+        while id(current) in run.rewrites:
+            name, current = run.rewrites[id(current)]
+            steps.append(name)
+        steps += [run.gone[id(current)]] if id(current) in run.gone and id(current) not in final else []
+        return " → ".join(steps) or "kept"
+    preview = (lambda m: " ".join(content_text(m).split())[:PREVIEW_CHARS])
+    return {"compaction": engine.state.compactions, "policy": engine.policy, "level": run.level,
+            "window": engine.budget.context_window, "effective": run.effective, "trigger": engine.trigger,
+            "target": engine.target, "before_tokens": run.before, "after_tokens": after, "ratio": run.ratio,
+            "steps": [[name, was, now] for name, was, now, _ in engine.state.report],
+            "before": [[block(m), message_tokens(m), fate(m), run.records.get(id(m)), preview(m)] for m in given],
+            "after": [[block(m), message_tokens(m), run.made.get(id(m), "kept"),
+                       content_text(m) if id(m) in run.made else preview(m)] for m in out]}
 
 
 def step_names(entries: tuple) -> set[str]:
@@ -1908,7 +1960,9 @@ class Archive:
         session = session or time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
         return cls(folder / f"session-{session}.jsonl")
 
-    def append(self, messages: list[dict], compaction: int) -> None:
+    def append(self, messages: list[dict], compaction: int) -> int:
+        """Write `messages` (fsync'ed before it returns); the number of the first one's record."""
+        first = self.count()
         lines = "".join(json.dumps({"compaction": compaction, "message": mask_secrets(m)},
                                    ensure_ascii=False) + "\n" for m in messages)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # owner-only
@@ -1918,6 +1972,14 @@ class Archive:
             # durability: without fsync a crash may lose what left the context. The SIGKILL test
             # checks the write happened before the call returned; a power cut cannot be tested here.
             os.fsync(f.fileno())
+        return first
+
+    def count(self) -> int:
+        """How many records the archive holds: its lines, counted without parsing them."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
     def records(self) -> list[dict]:
         if not self.path.exists():
