@@ -21,9 +21,11 @@ cache-first batching and masking before every call change it), which planted fac
 the last request, the share of what the agent's next tool call used that is still in what it is
 sent (by three definitions: compact.IDENTIFIER's identifiers, whole argument values, and marked
 words; on recorded runs at 16k, 32k and 64k, with each strategy's worst case), what the reasoning
-rung saves on a thinking model's history, the compactor's overhead next to json.dumps, and the
-issue's targets as PASS/FAIL lines. Every target is a ratio measured in this run; the wall-clock
-time of each part is printed, never judged.
+rung saves on a thinking model's history, the compactor's overhead next to json.dumps (on the same
+list again, and on a history growing by one message a call, as the agent's loop calls it: the
+engine sums a history once, so at 1,000 messages the check below the trigger should cost at most
+0.1× a json.dumps of the whole list), and the issue's targets as PASS/FAIL lines. Every target is
+a ratio measured in this run; the wall-clock time of each part is printed, never judged.
 
 What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once,
 lesson 16's presets and cache-first batching included.
@@ -35,9 +37,9 @@ Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
 "## Measured", from this run; with --trajectories ../shared/trajectories/*.jsonl the recorded ones too).
-Explains compact.py Part II ("The one engine every strategy runs"): Compactor (the sawtooth is its
-default policy), POLICIES; ("Thinking models"): drop_old_reasoning; ("What a summary must keep"):
-IDENTIFIER; Part III ("Presets"): PRESETS.
+Explains compact.py Part II ("The engine"): Compactor (the sawtooth is its default policy),
+POLICIES; ("Tokens"): Tally; ("The first step"): drop_old_reasoning; ("What a summary must keep"):
+IDENTIFIER; Part III ("Presets"): PRESETS; ("The ladder's steps and policies"): batch, EVERY_CALL.
 Run: python lessons/15_benchmark.py
 """
 
@@ -239,10 +241,10 @@ def main(argv=None) -> None:
         cache_table(results["recorded_cache"]["strategies"])
         print(f"[cache first] {benchmark.cache_verdict(results['recorded_cache']['strategies'])}")
     print("\n  cache hit: share of the input tokens that repeat the previous request's prefix; cost: with\n"
-          f"  that prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N:\n"
-          "  Compactor(cache_min_tokens=N), the prefix-changing steps as one batch kept only when it frees\n"
-          "  N tokens; mask every call: Compactor(every_call=('mask',)), old results masked before every\n"
-          "  call, not only at the trigger")
+          f"  that prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N: the step\n"
+          "  (\"batch\", {\"frees\": N, \"steps\": (...)}), the prefix-changing steps as one batch kept only when\n"
+          "  it frees N tokens; mask every call: (\"mask\", EVERY_CALL), old results masked before every call,\n"
+          "  not only at the trigger")
 
     longest = max(results["generated"], key=int)
     rows = results["generated"][longest]["strategies"]
@@ -269,8 +271,13 @@ def main(argv=None) -> None:
     if "overhead" in results:
         show.banner("Overhead of layered Compactor.compact, as a multiple of json.dumps(messages)")
         for row in results["overhead"]:
-            print(f"  {row['messages']:>4} messages {row['tokens']:>8,} tokens   below trigger "
+            print(f"  {row['messages']:>5,} messages {row['tokens']:>8,} tokens   below trigger "
                   f"{row['below_trigger']:>5.2f}×   above it (offline summary) {row['above_trigger']:>5.2f}×")
+        grown = results["growing"]
+        print(f"  {grown['messages']:>5,} messages {grown['tokens']:>8,} tokens   below trigger "
+              f"{grown['below_trigger']:>5.2f}×   growing by one message a call, as the agent's loop calls it")
+        print("  (the rows above pass the same list again; the engine sums a history once, so a list one\n"
+              "  message longer costs that message)")
     if "secrets" in results:
         sec = results["secrets"]
         print(f"\n[secrets] mask_secrets on {sec['chars']:,} characters: one word {sec['word']:.3f} s, ordinary text "
