@@ -209,7 +209,7 @@ def test_lesson_02_runs_with_part_one_and_layer_one_alone(runs, tmp_path):
 
 @pytest.mark.parametrize("lesson, summaries", [("02_sawtooth.py", 3), ("04_summarizer.py", 1)])
 def test_lesson_summarizes_with_the_configured_model(fake_openai, lesson, summaries):
-    server = fake_openai(lambda body: (200, chat_response("## Goal\n- summary written by the fake model")))
+    server = fake_openai(lambda body: (200, chat_response("## Progress\n- summary written by the fake model")))
     env = offline_env(OPENAI_BASE_URL=os.environ["OPENAI_BASE_URL"], OPENAI_API_KEY="sk-test")
     code, stdout, stderr = finish(start(lesson, env))
     assert code == 0, stderr

@@ -223,7 +223,7 @@ def test_presets_lesson_tail_grows_with_the_task_and_every_preset_keeps_the_cons
     assert len(rows) == 5 and all(kept == total for _, kept, total in rows), rows
 
 
-def test_zones_run_lossy_steps_only_past_lossy_at():
+def test_zones_run_lossy_steps_only_past_85_percent():
     """Every pass of lesson 14 that lists a lossy step started above 85% of the window; admission,
     which runs before every call, shows below it too."""
     rows = re.findall(r"#\d+ +(\d+)% → *\d+%  (.{9})(.{36}) (\S.*?) +[\d.]+ ms", run_lesson("14_zones.py").stdout)
