@@ -11,7 +11,7 @@ How it works:
       ─► transcript_chunks(): pieces that fit the summary model's window, each with those two lines
       ─► summary_request(previous, piece): [system: SECTIONS_PROMPT, user: <transcript>…</transcript>]
       ─► a cheap model, no tools, temperature 0.1 ─► summary text, folded into the next piece's request
-      ─► backfill(): the facts (Files changed, Errors seen, Identifiers) it left out, under its own headings
+      ─► backfill(): the facts it left out (Files changed, Errors seen, Identifiers), under its headings
       ─► Compactor(): "(Compaction N replaced M messages, …)" first; below it (with_notes) the user's
          words the state carries (user_notes: the task, the other requests, the rules); all in
          summary_message(): a USER message framed as reference material; the latest request stays a

@@ -16,11 +16,13 @@ others go to the step. Every summary ends with the focus it was asked for.
                             every call) → reasoning → summary → last resort
     five-layer         001  reasoning → batch [snip 100/20 + mask + clear + dedupe], frees 2,000
                             → light (extractive update) → summary → last resort
-    smart-eviction     002  zones: admit, lossless from 60% │ lossy(0.75, 0.75, ...): evict by multiplied
-                            importance, a summary with confidence labels, both with a tail grown(20, 30); a 10% margin
-    echo-agent         003  reasoning → mask (tool-specific placeholders, before its token-budget tail)
-                            → dedupe → snip → shorten → summary (tail from_user) → last resort
-    sawtooth-tutorial  004  hybrid: [system][("summary", {"graded": True}): the rolling summary][last 6 raw]
+    smart-eviction     002  zones: admit, lossless from 60% │ lossy(0.75, 0.75, ...): evict by
+                            multiplied importance, a summary with confidence labels, both with a
+                            tail grown(20, 30); a 10% margin
+    echo-agent         003  reasoning → mask (tool-specific placeholders, before its token-budget
+                            tail) → dedupe → snip → shorten → summary (tail from_user) → last resort
+    sawtooth-tutorial  004  hybrid: [system][the rolling summary, ("summary", {"graded": True})]
+                            [last 6 messages raw]
 
 Part 1 replays one generated conversation through every preset, as lesson 15 replays strategies;
 parts 2-6 show each seed's signature behaviour on a tiny input, each step run alone as the engine
