@@ -9,9 +9,11 @@ lesson 02's rule counts messages: 10 messages can hold one 8,000-token answer.
 How it works: text_tokens counts exactly with the o200k tokenizer when `bpe-openai` is
 installed (pip install -e ".[tokens]"); otherwise heuristic_tokens splits the text the way a BPE
 tokenizer roughly does (words, digit groups, CJK characters, punctuation). Each string is counted
-once and remembered, so a long history is not re-tokenized on every turn. message_tokens adds a
-message's reasoning, its tool calls and the framing every message costs; estimate_tokens sums a
-list.
+once and remembered (one token memo), so a long history is not re-tokenized on every turn.
+message_tokens adds a message's reasoning, its tool calls and the framing every message costs;
+estimate_tokens sums a list. The engine sums a history once (a Tally): a list that extends the
+last one it measured costs only its new messages, so the check before every call costs what the
+new messages cost (lesson 15 measures it).
 
 The token net puts tokens under the message count: the sawtooth (Compactor(), the engine's default
 policy) compacts a list that passes `trigger` of its window even below the threshold of 30, and
@@ -27,22 +29,24 @@ Budget says how much of the window the history may use:
                     |<----- trigger 0.7 ----->|  past here: compact, down to target
 
 An estimate is still an estimate: when the server reports how many tokens it counted
-(usage.prompt_tokens), the loop keeps it (Session.usage) and compact.request_tokens starts from it.
+(usage.prompt_tokens), the loop keeps it (Session.usage) and compact.request_tokens starts from it:
+the one place our estimate meets the server's count.
 
 What changed since lesson 02: the sawtooth counted messages; Part II counts tokens from here on.
 Try it: paste your own text into SAMPLES; set NET to 6_000 and the net leaves the history alone;
 set WINDOW to 128_000 and see the trigger move.
 Explains compact.py Part II ("Tokens"): heuristic_tokens, text_tokens, message_tokens,
-estimate_tokens; ("The token net"): find_cut_within; ("Refusals"): is_context_overflow,
-refused_size; ("The one engine every strategy runs"): Compactor, Budget.
+estimate_tokens, Tally, request_tokens, Budget; ("The summary step"): find_cut_within; ("Refusals
+the engine reads"): is_context_overflow, refused_size; ("The engine"): Compactor.
 Run: python lessons/03_measuring_tokens.py
 """
 
 import textwrap
 
 import show
-from compact import (ACK, Budget, Compactor, compact_messages, estimate_tokens, find_cut, find_cut_within, heuristic_tokens,
-                     is_context_overflow, is_summary, message_tokens, refused_size, summarize_extractive)
+from compact import (ACK, Budget, Compactor, Tally, compact_messages, estimate_tokens, find_cut, find_cut_within,
+                     heuristic_tokens, is_context_overflow, is_summary, message_tokens, refused_size,
+                     summarize_extractive)
 from conversations import generate_conversation
 
 WINDOW, RESERVED = 40_000, 4_000
@@ -188,6 +192,10 @@ def main() -> None:
     print("[budget] the answer needs room in the same window; the system prompt is always sent as it is")
     print(f"[budget] history: {len(messages) - 1} messages, {history:,} tokens = {history / effective:.0%} "
           "of effective")
+    tally = Tally()  # what the engine keeps between calls
+    before = tally(messages[:-1])
+    print(f"[tally] a Tally sums the first {len(messages) - 1} messages once ({before:,} tokens); given all "
+          f"{len(messages)}, it knows {tally.known(messages)} and counts only the new one: +{tally(messages) - before:,}")
     if budget.over(messages, budget.trigger):
         print(f"[budget] over the trigger: compact now, and remove at least "
               f"{history - budget.target * effective:,.0f} tokens to reach the target")

@@ -19,9 +19,8 @@ A result shorter than its note stays too.
 
 What changed since lesson 04: the first cheap rung of Part III: no model, no summary, just string work.
 Try it: set KEEP_LAST to 0 or 10; change SEED; re-run and compare the saving.
-Explains compact.py Part III ("The cheap layers"): mask_old_tool_results, placeholder, error_lines;
-Part II ("Messages as servers send them"): pair_tool_results, describe_call; ("The one engine every
-strategy runs"): newest_batch.
+Explains compact.py Part III ("The cheap layers"): mask_old_tool_results, placeholder, error_lines,
+newest_batch; Part II ("Messages as servers send them"): pair_tool_results, describe_call.
 Run: python lessons/05_masking.py
 """
 

@@ -21,19 +21,19 @@ the reasoning of stretches that called tools.) check() below is that rule, check
 is sent anywhere.
 
 How it works: drop_old_reasoning is the first step, "reasoning", of every policy of the one engine,
-the sawtooth (Compactor()) included, before any summary. It follows the rule above: it removes the
-reasoning of a finished exchange (user message to user message) that called no tool, keeps the
-reasoning of every exchange that called tools, and returns a new list (part 2 checks the result
-against the rule). The summarizer's transcript shows reasoning only as a short marker, because it
-is scratch work, not facts. SEND_REASONING=0
-(tiny_agent.outgoing) strips all of it, for servers that reject the field.
+the sawtooth (Compactor()) included, before any summary (STEPS["reasoning"] calls it). It follows
+the rule above: it removes the reasoning of a finished exchange (user message to user message)
+that called no tool, keeps the reasoning of every exchange that called tools, and returns a new
+list (part 2 checks the result against the rule). The summarizer's transcript shows reasoning only
+as a short marker, because it is scratch work, not facts. SEND_REASONING=0 (tiny_agent.outgoing)
+strips all of it, for servers that reject the field.
 
 What changed since lesson 05: masking dropped old tool results; this rung drops old reasoning.
 Try it: give turn 2 a tool call (TOOLS_IN_TURN_2 = True) and run check() again.
 Explains compact.py Part II ("Messages as servers send them"): REASONING_FIELDS, reasoning_text;
-("Tokens"): message_tokens; ("Thinking models"): drop_old_reasoning; ("The summarizer that reads in
-pieces"): transcript_lines' reasoning marker; tiny_agent.py Layer 1 ("The model and one task"):
-assistant_message; Layer 2 ("Requests"): outgoing.
+("Tokens"): message_tokens; ("The first step"): reasoning, drop_old_reasoning; ("The summarizer that
+reads in pieces"): transcript_lines, REASONING_MARK; tiny_agent.py Layer 1 ("The model and one
+task"): assistant_message; Layer 2 ("Requests"): outgoing.
 Run: python lessons/05b_thinking_models.py
 """
 

@@ -12,12 +12,14 @@ content can go even more safely, because the information survives somewhere else
 
 How it works: all three pair each result with its call (pair_tool_results) and return a new list,
 reusing every message they do not change. The newest results and the last calls stay whole.
+shorten_arguments stands beside the one cutter of lesson 06: the last resort and the hardest cut
+call it too, and its marker, like the cutter's, says how much it cut.
 
 What changed since lesson 06: three more cheap layers; lesson 13 runs them all in one ladder.
 Try it: make the second read of cart.py return other text and see dedupe keep it; set keep_last=0.
 Explains compact.py Part III ("The cheap layers"): clear_tool_results, dedupe_tool_results; Part II
-("The one engine every strategy runs"): shorten_arguments, shorten_value; ("The archive"):
-map_strings.
+("The rules every policy shares"): shorten_arguments, shorten_value; ("How the engine ends: the
+archive"): map_strings; ("Messages as servers send them"): pair_tool_results.
 Run: python lessons/07_clear_and_dedupe.py
 """
 

@@ -9,26 +9,30 @@ providers, a conversation that does not start with the user.
 How it works:
     [system] | [task][old turns ............. ] | [newest turns within the tail budget]
       head   |   middle (what is replaced)      |   tail (kept verbatim)
-  The tail is filled from the end up to `tail_share` of the effective window; if its first
-  message is a tool result, the start moves forward to the next assistant message, so a call
-  and its results are always on the same side. Afterwards find_problems lists what a provider
-  would reject, and repair fixes it: an orphan result goes, an open call gets a placeholder
-  result, a late system message becomes a user note. Tool results are paired with the calls
-  just before them (by position), because real models reuse ids. A message with no valid role
-  cannot be repaired: compaction (the one engine, Compactor, whatever its policy) refuses the list loudly
-  (check_messages) instead of dropping it.
+  groups(messages, head) is the one walker of tool-call groups: it asks Part I's find_cut for
+  one group at a time from the end (an assistant message with the results after it, or one
+  message alone), and every step that needs a group asks it. boundaries(engine, messages) fills
+  the tail with whole groups from the end up to `tail_share` of the effective window, so a call
+  and its results are always on the same side. repair is the one validator: it fixes what a
+  provider would reject (an orphan result goes, an open call gets a placeholder result, a late
+  system message becomes a user note) and, given a list, says what it fixed; find_problems is
+  that list plus Anthropic's rule that the first turn is the user's. Tool results are paired
+  with the calls just before them (by position), because real models reuse ids. A message with
+  no valid role cannot be repaired: compaction (the one engine, Compactor, whatever its policy)
+  refuses the list loudly (check_messages) instead of dropping it.
 
 What changed since lesson 07: the cheap layers never moved a message; from here on we cut.
 Try it: set TAIL_SHARES to (0.01, 0.02, 0.03); add {"role": "assistant", "content": ""} to a
   broken list and see the new problem and its repair.
 Explains compact.py Part I ("The tutorial's sawtooth"): find_cut; Part II ("Messages as servers
-  send them"): check_messages, pair_tool_results; ("Valid lists"): repair; ("The one engine every
-  strategy runs"): Compactor, Compactor.boundaries; Part III ("Validation"): find_problems.
+  send them"): check_messages, groups, pair_tool_results; ("The summary step"): boundaries; ("How
+  the engine ends: a valid list"): repair; ("The engine"): Compactor; Part III ("Validation"):
+  find_problems.
 Run: python lessons/08_boundaries_and_validator.py
 """
 
 import show
-from compact import Compactor, find_problems, message_tokens, repair
+from compact import Compactor, boundaries, find_problems, groups, message_tokens, repair
 from conversations import generate_conversation
 
 TAIL_SHARES = (0.05, 0.10, 0.20, 0.30)
@@ -45,7 +49,10 @@ def naive_tail_start(messages, head, budget):
 
 def show_boundaries(messages):
     compactor = Compactor(policy="layered", context_window=16_000, reserved_output=2_000)
-    head, tail = compactor.boundaries(messages)
+    head, tail = boundaries(compactor, messages)
+    walked = groups(messages, head)
+    print(f"[groups] groups(messages, {head}): {len(messages) - head} messages in {len(walked)} groups, "
+          f"the largest of {max(end - start for start, end in walked)} messages (a call with its results)")
     part = lambda a, b: f"{b - a:>3} messages, ~{sum(map(message_tokens, messages[a:b])):,} tokens"
     print(f"[head]   messages 0-{head - 1}: {part(0, head)} (the system prompt, kept verbatim)")
     print(f"[middle] messages {head}-{tail - 1}: {part(head, tail)} (what a summary replaces)")
@@ -53,7 +60,7 @@ def show_boundaries(messages):
           f"(tail_share {compactor.tail_share:.0%} of {compactor.budget.effective(messages):,})")
     for share in TAIL_SHARES:
         compactor.tail_share = share
-        head, tail = compactor.boundaries(messages)
+        head, tail = boundaries(compactor, messages)
         naive = naive_tail_start(messages, head, share * compactor.budget.effective(messages))
         moved = "moved out of a tool-call group" if naive != tail else "already between groups"
         print(f"  share {share:.0%}: budget alone starts at {naive} ({messages[naive]['role']}), "
@@ -112,11 +119,13 @@ def main():
             results = {m["tool_call_id"] for m in messages if m["role"] == "tool"}
             print(f"  [naive]   comparing ids as sets finds {'nothing' if calls == results else 'it'}: "
                   "call_0 has *a* result, just not the first call's")
-        repaired = repair(messages)
+        fixed_lines: list[str] = []  # repair says what it fixed here
+        repaired = repair(messages, fixed_lines)
         ok = not find_problems(repaired, "openai") and not find_problems(repaired, "anthropic")
         fixed += ok
         print(f"  [repair]  {len(messages)} → {len(repaired)} messages: system · {brief(repaired[1:])}")
-        print(f"  [check]   {'valid' if ok else 'STILL INVALID'} for openai and anthropic")
+        print(f"  [check]   {'valid' if ok else 'STILL INVALID'} for openai and anthropic; what repair says it "
+              f"fixed is find_problems' openai list: {fixed_lines == find_problems(messages)}")
     no_role = [{"role": "system", "content": "You are a coding agent."}, {"content": "a message with no role"}]
     print(f"--- no role: {find_problems(no_role)[0]}")
     try:

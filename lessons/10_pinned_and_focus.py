@@ -5,35 +5,43 @@ The problem: a summary of a summary of a summary drifts. "Do not modify deploy.s
 "be careful with deployment", then disappears, and the agent edits deploy.sh on turn 80. Worse,
 a tool output that *says* "SYSTEM: ignore previous instructions" must never become a rule.
 
-How it works: when messages leave, the Compactor copies every user sentence that constrains the
-agent (do not / never / must / answer in / 不要 …) verbatim into state.pinned, and writes them
-under the summary at every compaction. Only user messages count, never tool output:
+How it works: the user's words are carried by the state, never by a summary section. When
+messages leave, carry_user_words copies what the user said, verbatim: the task (state.task), the
+other requests (state.said, the newest SAID), the latest one (state.latest), and every sentence that
+constrains the agent (do not / never / must / answer in / 不要 …) into state.pinned. user_notes
+renders them once, below the summary, at every compaction. Only user messages count, never tool
+output:
 
-    user: "Do not modify deploy.sh."    ──► state.pinned ──► every summary, word for word
+    user: "Do not modify deploy.sh."    ──► state.pinned ──► below every summary, word for word
     tool: "SYSTEM: ignore previous …"   ──► (summary material at most, never pinned)
 
-A rule said twice is pinned once, in the user's newest wording (near-duplicates differ only in
-case, spacing or a count: "run the tests 3 times" and "5 times" are one rule; a number inside a
-name, module_02.py and module_03.py, still makes two). The pins may take at most PIN_SHARE (10%)
-of the window: pins_text shows the newest that fit and says how many earlier ones are in the
-archive. Nothing is dropped in silence.
+Once: a rule the request it came from still shows (among the other requests) is not repeated under
+"Pinned user constraints"; when that request is no longer shown, the pin stands alone. A rule said
+twice is pinned once, in the user's newest wording (near-duplicates differ only in case, spacing or
+a count: "run the tests 3 times" and "5 times" are one rule; a number inside a name, module_02.py
+and module_03.py, still makes two). The user's words may take at most PIN_SHARE (10%) of what the
+history may hold: pins_text shows the newest rules that fit and says how many earlier ones are in
+the archive. Nothing is dropped in silence.
 
 Focus: the summarizer is told what the next turns need. summarize_extractive, Part II's offline
 summarizer (the fallback when no model is configured), keeps the lines that match it
 under "Relevant to the focus". The Compactor uses the latest user request when none is given.
 
-What changed since lesson 09: the archive keeps everything; pins keep the few things that must
+What changed since lesson 09: the archive keeps everything; the state keeps the few things that must
 stay in view.
 Try it: add "Always run the linter." to USER_RULES; change FOCUS to "deploy.sh"; set BUDGET to 200.
-Explains compact.py Part II ("What the user asked for"): find_constraints, near_duplicate_key, pin,
-pins_text, carry_user_words, user_notes; ("The offline summarizer"): summarize_extractive; ("The one
-engine every strategy runs"): Compactor.summary_message.
+Explains compact.py Part II ("The user's words"): find_constraints, near_duplicate_key, pin,
+pins_text, carry_user_words, user_notes, SAID, PIN_SHARE; ("The offline summarizer"):
+summarize_extractive; ("The summary message"): with_notes, summary_with_notes; ("The engine"):
+Compactor, CompactState.
 Run: python lessons/10_pinned_and_focus.py
 """
 
 import show
-from compact import (PIN_SHARE, Compactor, is_summary, near_duplicate_key, parse_summary, pin, pins_text,
-                     summarize_extractive)
+from dataclasses import replace
+
+from compact import (EXTRA_RULE, PIN_SHARE, SAID, Compactor, content_text, is_summary, near_duplicate_key,
+                     parse_summary, pin, pins_text, summarize_extractive, user_notes)
 
 USER_RULES = ("Do not modify deploy.sh.", "Answer in Chinese.")
 REPEATED = "Do NOT modify deploy.sh."  # the user says it again, shouting, at turn 18
@@ -65,8 +73,13 @@ def start():
             {"role": "user", "content": " ".join(USER_RULES)}]
 
 
-def main():
-    show.banner("1. Five compactions: what stays pinned")
+def notes_below(messages):
+    """What the engine wrote below the summary's rule: the user's words the state carries, and more."""
+    return next(content_text(m) for m in messages if is_summary(m)).partition(EXTRA_RULE)[2]
+
+
+def five_compactions():
+    """Part 1: a run compacted five times; is each rule, in the user's newest wording, below the summary?"""
     compactor = Compactor(policy="layered", context_window=4_000, reserved_output=500)
     messages, n, kept = start(), 0, {rule: 0 for rule in USER_RULES}
     while compactor.state.compactions < 5:
@@ -81,16 +94,35 @@ def main():
         out = compactor.compact(messages)
         if out is not messages:
             messages = list(out)
-            summary = next((m["content"] for m in messages if is_summary(m)), "")
-            pins = [line[2:] for line in summary.partition("Pinned user constraints")[2].split("\n")
-                    if line.startswith("- ")]
+            notes = notes_below(messages)
             for rule in USER_RULES:  # in whichever wording the user used last
-                kept[rule] += any(near_duplicate_key(p) == near_duplicate_key(rule) for p in pins)
+                kept[rule] += any(near_duplicate_key(p) == near_duplicate_key(rule) and p in notes
+                                  for p in compactor.state.pinned)
             ran = ", ".join(name for name, before, after, _ in compactor.report if after < before)
             print(f"[compaction {compactor.state.compactions}] after turn {n:>2} ({ran}): "
                   f"state.pinned = {compactor.state.pinned}")
     for rule, times in kept.items():
-        print(f"[pinned] {rule!r} verbatim under the summary, in the user's latest wording: {times} of {compactor.state.compactions} times")
+        print(f"[pinned] {rule!r} verbatim under the summary, in the user's latest wording: {times} of "
+              f"{compactor.state.compactions} times")
+    print("[notes] below the last summary, the user's words, once each (user_notes):")
+    for line in "\n".join(notes_below(messages).split("\n\n")[:2]).splitlines():
+        print(f"  {line}")
+    return compactor, kept
+
+
+def once(state):
+    """Part 1, end: a pin shown where its request is, or alone when that request no longer shows."""
+    crowded = replace(state, said=[f"Now look at module_{k}." for k in range(SAID)])  # the newest SAID requests
+    pins = [line[2:] for line in user_notes(crowded, [], 200).partition("Pinned user constraints")[2].split("\n\n")[0]
+            .splitlines() if line.startswith("- ")]
+    print(f"[once] the rules' request shows among the other requests, so no pin repeats it; after {SAID} newer "
+          f"requests it no longer shows, and the pins stand alone: {pins}")
+
+
+def main():
+    show.banner("1. Five compactions: what stays pinned")
+    compactor, kept = five_compactions()
+    once(compactor.state)
     newest = [p for p in compactor.state.pinned if near_duplicate_key(p) == near_duplicate_key(REPEATED)]
     print(f"[pinned] the user said {REPEATED!r} at turn 18 too: pinned once, in the newest wording "
           f"{newest} ({len(compactor.state.pinned)} pins)")
@@ -103,7 +135,7 @@ def main():
     show.banner(f"2. Bounded: 30 rules, {BUDGET} tokens for the pins")
     rules = [f"Do not touch src/legacy/{name}_{kind}.py." for name in show.SHOP_FILES
              for kind in ("views", "models", "forms")]
-    print(f"[bounded] a Compactor gives the pins PIN_SHARE = {PIN_SHARE:.0%} of the effective window; here:")
+    print(f"[bounded] a Compactor gives the user's words PIN_SHARE = {PIN_SHARE:.0%} of what the history may hold; here:")
     for line in pins_text(rules, BUDGET).split("\n"):
         print(f"  {line}")
 
@@ -114,7 +146,7 @@ def main():
         print(f"--- focus={focus!r}")
         for line in section or ["(no 'Relevant to the focus' section)"]:
             print(f"  [focus] {line[:100]}")
-    print(f"\n[lesson 10] done: {len(USER_RULES)} user rules, each pinned verbatim in "
+    print(f"\n[lesson 10] done: {len(USER_RULES)} user rules, each verbatim below "
           f"{min(kept.values())} of {compactor.state.compactions} summaries; {len(rules)} rules in a "
           f"{BUDGET}-token budget show the newest and count the rest")
 

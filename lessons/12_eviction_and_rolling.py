@@ -5,30 +5,33 @@ The problem: cutting the oldest turns throws away the user's rules from turn 3 a
 routine `ls` from turn 40. And re-summarizing a summary of a summary loses a little each time.
 
 How it works:
-  importance  scores each call group: user words > the agent's; decisions, errors and user
-              constraints get a bonus; newer beats older.
+  importance  scores each group (groups(), lesson 08): the user's words 3, the agent's prose 2,
+              a bare call 1, a tool result 0.5 (smart eviction's weights, Weights); decisions,
+              errors and user constraints get a bonus; newer beats older.
   eviction    drops the lowest-scoring whole groups between head and tail until the list fits,
-              and leaves one "[evicted]" note per gap. What stays keeps its order.
+              and leaves one "[evicted]" note per gap. What stays keeps its order; the user's
+              words that leave are carried by the state (carry_user_words, lesson 10).
   hybrid      keeps the last `keep_recent` messages raw and a rolling summary of everything
               older. The old summary is part of the next middle, so it is *updated*, not
               summarized again: its tool counts keep adding up.
 
-      [system][summary v3 = v2 + new turns (it quotes the task)][ack][6 newest messages]
+      [system][summary v3 = v2 + new turns, the user's words below it][ack][6 newest messages]
 
 What changed since lesson 11: the first lossy steps that choose *what* to drop by meaning.
 Try it: change TARGET_SHARE to 0.1 or 0.6 and compare which planted facts stay; set
   keep_recent=12 on the hybrid Compactor; give importance() Weights(multiply=True).
-Explains compact.py Part III ("Eviction and the rolling window"): message_groups, Weights, importance,
+Explains compact.py Part III ("Eviction and the rolling window"): Weights, importance,
   evict_by_importance, eviction_note; ("The ladder's steps and policies"): evict, the policy
-  "hybrid"; Part II ("The one engine every strategy runs"): Compactor, CompactState. Part 3 replays
-  the run with lessons/benchmark.py's replay (through show.watch).
+  "hybrid"; Part II ("Messages as servers send them"): groups; ("The summary step"): boundaries;
+  ("The engine"): Compactor, CompactState. Part 3 replays the run with lessons/benchmark.py's
+  replay (through show.watch).
 Run: python lessons/12_eviction_and_rolling.py
 """
 
 import re
 
 import show
-from compact import Compactor, estimate_tokens, evict_by_importance, importance
+from compact import Compactor, boundaries, estimate_tokens, evict_by_importance, importance
 from conversations import generate_conversation
 
 TARGET_SHARE = 0.3
@@ -58,7 +61,7 @@ def main():
     show.banner("2. Evict by importance to a token target")
     conversation = generate_conversation(60, seed=4)
     messages = conversation.messages
-    head, tail = Compactor(policy="layered", context_window=64_000).boundaries(messages)
+    head, tail = boundaries(Compactor(policy="layered", context_window=64_000), messages)
     target = int(TARGET_SHARE * estimate_tokens(messages))
     out = evict_by_importance(messages, target, head, tail)
     show.sizes("evict", messages, out)

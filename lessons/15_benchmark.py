@@ -21,9 +21,11 @@ cache-first batching and masking before every call change it), which planted fac
 the last request, the share of what the agent's next tool call used that is still in what it is
 sent (by three definitions: compact.IDENTIFIER's identifiers, whole argument values, and marked
 words; on recorded runs at 16k, 32k and 64k, with each strategy's worst case), what the reasoning
-rung saves on a thinking model's history, the compactor's overhead next to json.dumps, and the
-issue's targets as PASS/FAIL lines. Every target is a ratio measured in this run; the wall-clock
-time of each part is printed, never judged.
+rung saves on a thinking model's history, the compactor's overhead next to json.dumps (on the same
+list again, and on a history growing by one message a call, as the agent's loop calls it: the
+engine sums a history once, so at 1,000 messages the check below the trigger should cost at most
+0.1× a json.dumps of the whole list), and the issue's targets as PASS/FAIL lines. Every target is
+a ratio measured in this run; the wall-clock time of each part is printed, never judged.
 
 What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once,
 lesson 16's presets and cache-first batching included.
@@ -35,9 +37,9 @@ Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
 "## Measured", from this run; with --trajectories ../shared/trajectories/*.jsonl the recorded ones too).
-Explains compact.py Part II ("The one engine every strategy runs"): Compactor (the sawtooth is its
-default policy), POLICIES; ("Thinking models"): drop_old_reasoning; ("What a summary must keep"):
-IDENTIFIER; Part III ("Presets"): PRESETS.
+Explains compact.py Part II ("The engine"): Compactor (the sawtooth is its default policy),
+POLICIES; ("Tokens"): Tally; ("The first step"): drop_old_reasoning; ("What a summary must keep"):
+IDENTIFIER; Part III ("Presets"): PRESETS; ("The ladder's steps and policies"): batch, EVERY_CALL.
 Run: python lessons/15_benchmark.py
 """
 
@@ -175,31 +177,8 @@ def write_figures(results: dict) -> None:
               "(pass --trajectories to rewrite them)")
 
 
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    refusal = readme_refusal(args) if args.readme else None
-    if refusal:
-        sys.exit(f"error: --readme: {refusal}")
-    if args.model and compact.model_configured():
-        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_with_model, None  # through each guard
-        benchmark.SUMMARY_WINDOW = compact.summary_window()
-        benchmark.JOBS = 1  # model calls from forked workers would share the parent's connections
-    else:  # offline by default, or zones would also call a model for every big tool output
-        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
-            os.environ.pop(name, None)
-    results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
-                            trajectories=args.trajectories, recorded_windows=args.recorded_windows,
-                            limit=args.limit, linearity_sizes=LONG if args.linearity else SHORT)
-    targets = check_targets(results)
-    elapsed = time.perf_counter() - START
-    results["seconds"]["total"] = elapsed
-    if args.json:
-        results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
-        if args.json == "-":
-            print(json.dumps(results, indent=1))
-            return
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+def print_replays(results: dict, args: argparse.Namespace) -> None:
+    """The setup, then every replay's table: generated runs, each recorded file and window, pooled."""
     ladder = "the guard's model" if benchmark.LADDER_SUMMARIZE is None else benchmark.LADDER_SUMMARIZE.__name__
     print(f"[setup] window {args.window:,} tokens (reserved output {args.window // 4:,}); seeds {args.seeds}; "
           f"cached input billed at {args.cached_rate:.0%} of the input price")
@@ -228,6 +207,9 @@ def main(argv=None) -> None:
                     f"{len(results['recorded_pooled'])} windows")
         next_step_table(results["recorded_pooled"])
 
+
+def print_cache(results: dict, args: argparse.Namespace) -> None:
+    """Cache first, then what caching makes of the tokens sent, and the chart of tokens per turn."""
     cache = results["cache"]
     show.banner(f"Cache first: the layered ladder on the {cache['conversations']} generated runs of "
                 f"{cache['turns']} turns, shares of none")
@@ -239,10 +221,10 @@ def main(argv=None) -> None:
         cache_table(results["recorded_cache"]["strategies"])
         print(f"[cache first] {benchmark.cache_verdict(results['recorded_cache']['strategies'])}")
     print("\n  cache hit: share of the input tokens that repeat the previous request's prefix; cost: with\n"
-          f"  that prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N:\n"
-          "  Compactor(cache_min_tokens=N), the prefix-changing steps as one batch kept only when it frees\n"
-          "  N tokens; mask every call: Compactor(every_call=('mask',)), old results masked before every\n"
-          "  call, not only at the trigger")
+          f"  that prefix billed at {args.cached_rate:.0%}, a share of none's; cache-first N: the step\n"
+          "  (\"batch\", {\"frees\": N, \"steps\": (...)}), the prefix-changing steps as one batch kept only when\n"
+          "  it frees N tokens; mask every call: (\"mask\", EVERY_CALL), old results masked before every call,\n"
+          "  not only at the trigger")
 
     longest = max(results["generated"], key=int)
     rows = results["generated"][longest]["strategies"]
@@ -252,6 +234,9 @@ def main(argv=None) -> None:
     show.banner(f"Tokens sent at each turn, {longest} turns, seed {args.seeds[0]}")
     print(text_chart({name: results["series"][name] for name in CHART}, "".join(CHART.values()), args.window))
 
+
+def print_reasoning(results: dict) -> None:
+    """The reasoning rung on a thinking model's runs, with and without it."""
     thinking = results["reasoning"]
     show.banner(f"The reasoning rung on a thinking model's runs ({thinking['conversations']} × "
                 f"{thinking['turns']} tool turns, {thinking['requests']} user requests)")
@@ -266,11 +251,19 @@ def main(argv=None) -> None:
         print(f"[reasoning] {policy}: {with_rung['tokens']:,} tokens with the rung, {without['tokens']:,} "
               f"without: it saves {1 - with_rung['tokens'] / without['tokens']:.1%}")
 
+
+def print_timings(results: dict) -> None:
+    """The overhead next to json.dumps (the same list again, and a growing one), mask_secrets, linearity."""
     if "overhead" in results:
         show.banner("Overhead of layered Compactor.compact, as a multiple of json.dumps(messages)")
         for row in results["overhead"]:
-            print(f"  {row['messages']:>4} messages {row['tokens']:>8,} tokens   below trigger "
+            print(f"  {row['messages']:>5,} messages {row['tokens']:>8,} tokens   below trigger "
                   f"{row['below_trigger']:>5.2f}×   above it (offline summary) {row['above_trigger']:>5.2f}×")
+        grown = results["growing"]
+        print(f"  {grown['messages']:>5,} messages {grown['tokens']:>8,} tokens   below trigger "
+              f"{grown['below_trigger']:>5.2f}×   growing by one message a call, as the agent's loop calls it")
+        print("  (the rows above pass the same list again; the engine sums a history once, so a list one\n"
+              "  message longer costs that message)")
     if "secrets" in results:
         sec = results["secrets"]
         print(f"\n[secrets] mask_secrets on {sec['chars']:,} characters: one word {sec['word']:.3f} s, ordinary text "
@@ -282,6 +275,44 @@ def main(argv=None) -> None:
             print(f"  {n:>6,} messages  {seconds:>6.2f} s")
         print(f"[linearity] growth exponent of the time from {lin['messages'][0]:,} to {lin['messages'][-1]:,} "
               f"messages: {lin['exponent']:.2f} (1 = linear, 2 = quadratic; rungs: {' → '.join(lin['rungs'])})")
+
+
+def choose_summarizer(args: argparse.Namespace) -> None:
+    """--model: the configured model summarizes, through each guard; else offline, so figures repeat."""
+    if args.model and compact.model_configured():
+        benchmark.SUMMARIZE, benchmark.LADDER_SUMMARIZE = compact.summarize_with_model, None  # through each guard
+        benchmark.SUMMARY_WINDOW = compact.summary_window()
+        benchmark.JOBS = 1  # model calls from forked workers would share the parent's connections
+    else:  # offline by default, or zones would also call a model for every big tool output
+        for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+            os.environ.pop(name, None)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    refusal = readme_refusal(args) if args.readme else None
+    if refusal:
+        sys.exit(f"error: --readme: {refusal}")
+    choose_summarizer(args)
+    results = run_benchmark(args.turns, args.seeds, args.window, args.cached_rate,
+                            trajectories=args.trajectories, recorded_windows=args.recorded_windows,
+                            limit=args.limit, linearity_sizes=LONG if args.linearity else SHORT)
+    targets = check_targets(results)
+    elapsed = time.perf_counter() - START
+    results["seconds"]["total"] = elapsed
+    if args.json:
+        results["targets"] = [{"passed": passed, "target": text} for passed, text in targets]
+        if args.json == "-":
+            print(json.dumps(results, indent=1))
+            return
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+    print_replays(results, args)
+    print_cache(results, args)
+    print_reasoning(results)
+    print_timings(results)
+    longest = max(results["generated"], key=int)
+    rows = results["generated"][longest]["strategies"]
     show.banner("Targets")
     for passed, text in targets:
         print(f"{'SKIP' if passed is None else 'PASS' if passed else 'FAIL'}  {text}")

@@ -116,6 +116,6 @@ def watch(messages: list[dict], make: Callable, on_compaction: Callable = lambda
             if out is not history:
                 on_compaction(compactor, history, out)
             return out
-        return compact, None
+        return compact
     run = replay(messages, Strategy("lesson", start), window=sys.maxsize)  # no over-window count here
     return box["compactor"], run, box["summarizer"]

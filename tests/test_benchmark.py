@@ -253,7 +253,8 @@ def test_the_lesson_prints_its_tables_chart_and_targets_and_draws_the_png(lesson
     assert result.returncode == 0, result.stderr
     for marker in ("[setup] window 8,000 tokens", "kept at the end", "next ids  values   words",
                    "Tokens sent at each turn", "=== Cache first", "cache-first 2,000", "mask every call", *PRESETS,
-                   "[reasoning] layered:", "below trigger", "=== Targets", "PASS  ", "[time] this run took",
+                   "[reasoning] layered:", "below trigger", "growing by one message a call", "=== Targets", "PASS  ",
+                   "[time] this run took",
                    "(generated ", "reported, not judged)", "[lesson 15] done:"):
         assert marker in result.stdout, marker
     if importlib.util.find_spec("matplotlib") is None:  # one run does both: the lesson takes seconds
@@ -475,6 +476,31 @@ def test_a_compaction_sums_each_list_it_holds_once(monkeypatch):
     compactor.compact(messages)
     assert "summary" in [name for name, *_ in compactor.report]  # every rung ran
     assert len(counted) <= (len(compactor.report) + 2) * len(messages)
+
+
+# --- Issue 35: the check below the trigger, on a history growing by one ----------------------------
+
+
+def test_the_check_below_the_trigger_is_timed_on_a_history_one_message_longer_at_every_call(monkeypatch):
+    """The growing row times compact as the agent's loop calls it: after one call that summed the
+    history, each timed call gets a list one message longer than the last, ending at n messages."""
+    seen = []
+
+    class Watched(Compactor):
+        def compact(self, messages, *args, **kwargs):
+            seen.append(len(messages))
+            return super().compact(messages, *args, **kwargs)
+    monkeypatch.setattr(benchmark, "Compactor", Watched)
+    row = benchmark.growing(generate_conversation(12, seed=1).messages, n=80, number=2, repeat=3)
+    assert row["messages"] == 80 and row["below_trigger"] > 0
+    assert seen == list(range(74, 81))  # 80 - 2 × 3 summed once, then 75, 76, ..., 80
+
+
+@pytest.mark.parametrize("ratio, passed", [(0.05, True), (0.1, True), (0.2, False)])
+def test_the_growing_target_is_at_most_a_tenth_of_json_dumps(small, ratio, passed):
+    results = {**small, "growing": {"messages": 1_000, "tokens": 1, "below_trigger": ratio}}
+    verdict, text = next(t for t in benchmark.check_targets(results) if "growing by one" in t[1])
+    assert verdict is passed and text.endswith(f"at 1,000 messages: {ratio:.2f}×")
 
 
 # --- Issue 10.6: the figures come from a run: the guide's tables, README.md's summary line ------------

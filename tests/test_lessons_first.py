@@ -45,7 +45,8 @@ MARKERS = {
                                "[net] sent now: system · summary · ACK · user · assistant · tool · tool · tool",
                                "OpenAI        overflow True   counted 130,412", "llama-server  overflow True   counted 5,010",
                                "a rate limit  overflow False  counted -", "= effective", "trigger 70%", "target 50%",
-                               "[budget] over the trigger", "[lesson 03] done:"],
+                               "[budget] over the trigger", "[tally] a Tally sums the first 78 messages once",
+                               "it knows 78 and counts only the new one: +", "[lesson 03] done:"],
     "04_summarizer.py": ["[transcript]", "2 of them must be kept (the task and the latest request)",
                          "[assistant, turn 1 → read_file(", "[tool read_file]",
                          "The history is data to summarize", "summary_window() = 128,000 tokens",
@@ -53,10 +54,15 @@ MARKERS = {
                          "the task: True, the latest request: True, the summary so far: True",
                          "parameters: max_tokens, messages, model, temperature;", "temperature=0.1",
                          "[request] system is SECTIONS_PROMPT", "SECTIONS_PROMPT starts with SUMMARY_PROMPT: True",
-                         "## User constraints (verbatim) - every instruction from the user",
-                         "'<previous_summary>", "[summary] offline summarizer", "## Goal", "## User said",
-                         "no model configured", "backfill appended", "sections it left out: Goal, ",
+                         "## Earlier, in one line - the oldest progress", "… 11 more: Decisions, Files changed,",
+                         "The user's own words are kept beside the summary: do not repeat",
+                         "its 12 sections are SECTIONS, the format summarize_extractive writes too",
+                         "'<previous_summary>", "[summary] offline summarizer", "## Decisions",
+                         "no model configured", "backfill added 4 under its own '## Files changed'",
+                         "the sections it left out: Errors seen, Identifiers",
                          "role='user'", "reference material", "(Compaction 1 replaced 48 messages",
+                         "The user's task, verbatim:", "The user's other requests, the newest last:",
+                         "[framing] the latest request stays a message: 'Quick interruption",
                          "Continue with the remaining task", "state.failures = 1",
                          "last_error = 'ConnectionError: the summary model is down'", "[lesson 04] done:"],
     "05_masking.py": ["[mask] #", "[pruned] read_file(", "one of the last 3 results", "shorter than a placeholder",
@@ -75,7 +81,8 @@ MARKERS = {
     "06_snip.py": ["[head] ====", "[cut]  [… ", "[kept] Traceback (most recent call last):", "[kept] TypeError:",
                    "passed in 12.34s", "chars cut …]", "[error] a log's level", "[error] npm",
                    "[not]   code that raises", "the newest ~6,635 → ~6,635",
-                   "'[this output alone is over ~1,000 tokens, the limit for one new output, so it was cut]'",
+                   "[cut]  [… 211 lines cut: an old test run …]",
+                   "chars cut: this output alone is over ~1,000 tokens, the limit for one new output, so it was cut …]'",
                    "only 20 stay: the first 5 and the last 15", "[removed]", "[lesson 06] done:"],
     "07_clear_and_dedupe.py": ["[clear] #3", "'[tool cleared]'", "[dedupe] #5", "'[duplicate] same output",
                                "valid JSON with keys ['path', 'content']", "[kept]",
@@ -202,7 +209,7 @@ def test_lesson_02_runs_with_part_one_and_layer_one_alone(runs, tmp_path):
 
 @pytest.mark.parametrize("lesson, summaries", [("02_sawtooth.py", 3), ("04_summarizer.py", 1)])
 def test_lesson_summarizes_with_the_configured_model(fake_openai, lesson, summaries):
-    server = fake_openai(lambda body: (200, chat_response("## Goal\n- summary written by the fake model")))
+    server = fake_openai(lambda body: (200, chat_response("## Progress\n- summary written by the fake model")))
     env = offline_env(OPENAI_BASE_URL=os.environ["OPENAI_BASE_URL"], OPENAI_API_KEY="sk-test")
     code, stdout, stderr = finish(start(lesson, env))
     assert code == 0, stderr

@@ -53,8 +53,10 @@ LESSONS = [
         "[problem] openai    message 2: tool call call_0 has no result", "[naive]",
         "a system message after the start", "[system note] ",
         "[refused] sawtooth raises ValueError: message 1 has no valid role",
+        re.compile(r"\[groups\] groups\(messages, 1\): \d+ messages in \d+ groups"),
+        "what repair says it fixed is find_problems' openai list: True",
         re.compile(r"\[lesson 08\] done: .*repair made (\d+) of \1 broken lists valid"),
-    ], [re.compile(r"tail starts at \d+ \(tool\)"), "STILL INVALID"], id="08"),
+    ], [re.compile(r"tail starts at \d+ \(tool\)"), "STILL INVALID", "openai list: False"], id="08"),
     pytest.param("09_archive_and_recall.py", [
         "[archive] permissions 0o600", "'[secret masked]' is: True",
         "code kept as written: 'password = ReadOnlyPasswordHashField(': True",
@@ -77,7 +79,10 @@ LESSONS = [
         re.compile(r"- … and \d+ earlier constraints, not shown for space; the recall tool finds them in the archive"),
         "--- focus=None\n  [focus] (no 'Relevant to the focus' section)",
         "[focus] FAILED tests/test_auth.py::test_login",
-        "[lesson 10] done: 2 user rules, each pinned verbatim in 5 of 5 summaries",
+        "  The user's other requests, the newest last:\n  - Do not modify deploy.sh. Answer in Chinese.\n"
+        "  - Do NOT modify deploy.sh.\n",
+        "no longer shows, and the pins stand alone: ['Do NOT modify deploy.sh.', 'Answer in Chinese.']",
+        "[lesson 10] done: 2 user rules, each verbatim below 5 of 5 summaries",
     ], [], id="10"),
     pytest.param("11_compact_tool.py", [
         '[tool] compact {"focus": "the failed test in tests/test_auth_0.py"}',
@@ -107,11 +112,12 @@ LESSONS = [
         re.compile(r"summary 7: summarizer called  → its own summary +breaker closed"),
         "[overflow] after 20 turns: ContextOverflowError:\n    the latest turn",
         "[overflow] as the first task: ContextOverflowError:\n    the latest turn",
-        "no compact() and no Pass given; it kept: system · summary · assistant · user",
+        "[last resort] a policy of one step, run at level 2 (steps: too large · last resort); it kept: "
+        "system · summary · assistant · user",
         re.compile(r"\[light\] target 50% = [\d,]+ tok: light [\d,]+ → [\d,]+ reaches it: kept; model calls 0; "
                    r"steps: (too large · )?reasoning · light\n"),
-        re.compile(r"\[light\] target 10% = [\d,]+ tok: light [\d,]+ → [\d,]+ is over it: discarded, the summary "
-                   r"rung rebuilds; model calls 1; steps: (too large · )?reasoning · light · summary"),
+        re.compile(r"\[light\] target 10% = [\d,]+ tok: light would not reach it, so it left [\d,]+ as it was; the "
+                   r"summary rung rebuilds; model calls 1; steps: (too large · )?reasoning · light · summary"),
         re.compile(r"\[stats\] after failure 1: compactions: 1, tokens saved: [\d,]+; summarizer failures: 1, the last "
                    r"at \d\d:\d\d:\d\d \(ConnectionError: connection reset by peer\)\n\[stats\] after failure 2"),
         re.compile(r"\[stats\] after failure 3: compactions: 3, .*\n  WARNING: summaries are degraded: the summarizer "
@@ -123,30 +129,32 @@ LESSONS = [
         "[merge] 2 assistant messages → 1: 'The login test passes now.\\n\\nThe diff is small.'",
         re.compile(r"precise_tools=\(\) +bash results altered while in context: [1-9]"),
         re.compile(r"precise_tools=\('bash',\) bash results altered while in context: 0 of [1-9]"),
-        "snipped (no model)", re.compile(r"\[admit\] run_sql .*verbatim"),
+        re.compile(r"\[admit\] bash .*error line kept: True; cut \(no model\)"), re.compile(r"\[admit\] run_sql .*verbatim"),
         "[drift] - The timeout is 45 seconds (src/config.py) (unverified)",
         '[drift] - The user asked to modify the deploy script (the turns say "Do not modify the deploy script") (unverified)',
         "[drift] - 3 tests fail in tests/test_auth.py\n", "[lesson 14] done:",
     ], [], id="14"),
     pytest.param("16_presets.py", [
         "  preset              sent  compactions          summaries  constraints  decisions  errors",
-        re.compile(r"\n  evo-agent +\d+\.\d%  \d+ \(\+[1-9]\d* premasks\) +\d+ +\d+ of \d+"),
-        *(re.compile(rf"\n  {name} +\d+\.\d%  \d+ +\d+ +\d+ of \d+ +\d+ of \d+ +\d+ of \d+\n")
+        re.compile(r"\n  evo-agent +\d+\.\d%  \d+ \([1-9]\d* every call\) +\d+ +\d+ of \d+"),
+        *(re.compile(rf"\n  {name} +\d+\.\d%  \d+( \(\d+ every call\))? +\d+ +\d+ of \d+ +\d+ of \d+ +\d+ of \d+\n")
           for name in ("five-layer", "smart-eviction", "echo-agent", "sawtooth-tutorial")),
-        "[steps] evo-agent          reasoning · mask · summary · last resort",
+        "[steps] evo-agent          mask · compact history · reasoning · summary · last resort",
         "[steps] five-layer         reasoning · batch snip+mask+clear+dedupe · light · summary · last resort",
-        "[steps] smart-eviction     reasoning · merge · dedupe · clear · mask · snip · shorten · evict · summary",
+        "[steps] smart-eviction     admit · reasoning · merge · dedupe · clear · mask · snip · shorten · evict · summary",
         "[steps] echo-agent         reasoning · mask · dedupe · snip · shorten · summary · last resort",
         "[steps] sawtooth-tutorial  reasoning · summary · last resort",
         "the default changes nothing (True); evo-agent masks 3 of 6 results, the last 3 stay whole",
+        re.compile(r"\[evo-agent\] 6 reads of [\d,]+ characters, at \d+% of the window: the 3 left whole hold over "
+                   r"50,000, so compact history summarizes: 14 → \d messages \(mask · compact history\)"),
         "[evo-agent] the focus ends the summary, as in every policy: 'Focus of this compaction: the parser module'",
         "a 3,000-line log → 'line 0' … 'line 99', '[… 2,880 lines cut …]', 'line 2980' … 'line 2999'",
         re.compile(r"\[five-layer\] cache first: the batch freed [\d,]+"),
         re.compile(r"\[five-layer\] the light tier ran in [1-9]\d* compactions: kept in [1-9]"),
-        "the decision 4.5, a routine ls 1.5", "'最终结论：选择方案B，因为它更简单。' kept: True",
+        "the decision 4.5, a routine ls 3.0", "'最终结论：选择方案B，因为它更简单。' kept: True",
         "[zones] at 80%: zones default   lossy from 85%: ran no lossy step",
         re.compile(r"\[zones\] at 80%: smart-eviction  lossy from 75%: ran .*evict"),
-        "smart-eviction plans with 90,000, the default 100,000",
+        "smart-eviction plans with 90,000, the default 100,000", "one under 2,000 (frees) is not kept",
         "[confidence] - HAT123 departs at 10:40 from gate 7 (confidence: 2 of 3 facts found) (unverified)",
         "[echo-agent] [pruned] bash(grep -rn TODO src): 13 lines of output, 12 matches;",
         "[echo-agent] [pruned] read_file(src/app.py): 1,920 chars, 120 lines of the file;",
@@ -205,21 +213,24 @@ def test_lesson_docstring_has_the_standard_shape(filename):
 
 
 def test_presets_lesson_tail_grows_with_the_task_and_every_preset_keeps_the_constraints():
-    """Lesson 16: tail_growth keeps more raw messages on a complex task; no preset loses a rule."""
+    """Lesson 16: smart eviction's raw tail, grown(20, 30), keeps more messages on a complex task than
+    on a simple one; no preset loses a rule."""
     stdout = run_lesson("16_presets.py").stdout
-    default, adaptive = map(int, re.search(r"raw tail (\d+) messages by default, (\d+) with tail_growth",
-                                           stdout).groups())
-    assert adaptive > default, stdout
+    simple, complex_ = map(int, re.search(r"grown\(20, 30\) keeps, by the task's complexity: (\d+) messages at "
+                                          r"0\.\d\d, (\d+) messages at 1\.00", stdout).groups())
+    assert 20 <= simple < complex_, stdout
     rows = re.findall(r"^  (\S+) +\d+\.\d%  .*?(\d+) of (\d+) +\d+ of \d+ +\d+ of \d+$", stdout, re.M)
     assert len(rows) == 5 and all(kept == total for _, kept, total in rows), rows
 
 
-def test_zones_run_lossy_steps_only_past_lossy_at():
-    """Every pass of lesson 14 that lists a lossy step started above 85% of the window."""
-    rows = re.findall(r"#\d+ +(\d+)% → *\d+%  (.{36}) (\S.*?) +[\d.]+ ms", run_lesson("14_zones.py").stdout)
-    lossy_starts = [int(start) for start, _, lossy in rows if lossy != "—"]
+def test_zones_run_lossy_steps_only_past_85_percent():
+    """Every pass of lesson 14 that lists a lossy step started above 85% of the window; admission,
+    which runs before every call, shows below it too."""
+    rows = re.findall(r"#\d+ +(\d+)% → *\d+%  (.{9})(.{36}) (\S.*?) +[\d.]+ ms", run_lesson("14_zones.py").stdout)
+    lossy_starts = [int(start) for start, _, _, lossy in rows if lossy != "—"]
     assert lossy_starts and min(lossy_starts) > 85, rows
-    assert any(lossy == "—" for _, _, lossy in rows), "the lossless zone never shows"
+    assert any(lossy == "—" for *_, lossy in rows), "the lossless zone never shows"
+    assert any(int(start) <= 85 and admitted.strip() != "—" for start, admitted, _, _ in rows), rows
 
 
 ALL_LESSONS = sorted(p.name for p in (ROOT / "lessons").glob("[01][0-9]*_*.py") if p.name[:2] != "15")
