@@ -1114,7 +1114,8 @@ def carry_user_words(state: "CompactState", messages: list[dict], kept: list[dic
         state.task = content_text(requests[0])
     if requests:
         state.latest = content_text(requests[-1])
-    said = [" ".join(content_text(m).split())[:SAID_CHARS] for m in requests[1:] if id(m) not in stays]
+    said = [" ".join(content_text(m).split())[:SAID_CHARS] for m in requests  # all but the task
+            if id(m) not in stays and content_text(m) != state.task]
     state.said = list(dict.fromkeys(state.said + [x for x in said if x]))[-SAID:]
     state.pinned = pin(state.pinned, find_constraints([m for m in requests if id(m) not in stays]))
 
@@ -2310,11 +2311,13 @@ def eviction_note(gone: list[dict]) -> dict:
 
 
 def admit(engine: Compactor, messages: list[dict], run: Pass, tokens: int = 2_000) -> list[dict]:
-    """Each new tool output (the newest batch) over `tokens`, summarized by the cheap model as it
-    enters the context (cut without a model, or while the summarizer is paused); precise tools never
-    are. The original is archived like anything else that leaves (lesson 14)."""
-    start = find_cut(messages, 1, 0)
-    pairs = {start + i: call for i, call in pair_tool_results(messages[start:]).items()}
+    """Each tool output that came since the last call (the newest batch when the engine has seen
+    nothing before) over `tokens`, summarized by the cheap model as it enters the context (cut
+    without a model, or while the summarizer is paused); precise tools never are. The original is
+    archived like anything else that leaves (lesson 14)."""
+    new = run.known if run.known else find_cut(messages, 1, 0)
+    start = find_cut(messages, len(messages) - new + 1, 0)  # from the call the first new result answers
+    pairs = {start + i: call for i, call in pair_tool_results(messages[start:]).items() if start + i >= new}
     out = list(messages)
     for i, call in pairs.items():
         output = content_text(messages[i])

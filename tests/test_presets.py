@@ -221,3 +221,15 @@ def test_echo_agents_pruner_protects_its_token_budget_tail_not_the_last_three_re
     assert whole == [i for i, m in enumerate(messages) if m.get("role") == "tool" and i >= tail] and len(whole) > 3
     layered = compact.mask_old_tool_results(messages)  # the default pruner keeps the last 3 results
     assert sum(m.get("role") == "tool" and not content_text(m).startswith(compact.PRUNED) for m in layered) == 3
+
+
+def test_zones_admit_a_large_output_that_came_since_the_last_call_even_with_a_question_after_it():
+    """Found by the lessons: admission looked only at the newest group, so a large output followed by
+    the user's next question entered whole."""
+    zones = Compactor(policy="zones")
+    messages = zones.compact([system(), user("Read the log.")])
+    big = "row: value value value value\n" * 2_000
+    grown = [*messages, *tool_turn("c1", "bash", big, command="cat app.log"), user("What does it say?")]
+    out = zones.compact(grown)
+    assert compact.text_tokens(content_text(out[3])) <= 2_000 < compact.text_tokens(big)  # admitted as it entered
+    assert out[-1] is grown[-1] and zones.compact(out) is out  # and only once

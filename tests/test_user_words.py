@@ -133,3 +133,12 @@ def test_the_sawtooths_state_carries_the_users_words_through_six_forgetful_summa
     assert (state.task, state.pinned, state.latest) == (TASK, list(RULES), "go on")
     summary = compact.content_text(messages[1])
     assert TASK in summary and all(rule in summary for rule in RULES)
+
+
+def test_a_request_that_leaves_after_the_task_left_is_carried_too():
+    """Found by the lessons: once the task had left, the first request of the list given was taken
+    for the task and never carried."""
+    state = compact.CompactState(task="Fix the cart.")
+    first, later = {"role": "user", "content": "Please also look at the token expiry."}, {"role": "user", "content": "Go on."}
+    compact.carry_user_words(state, [first, {"role": "assistant", "content": "ok"}, later], [later])
+    assert state.said == ["Please also look at the token expiry."] and state.task == "Fix the cart."
