@@ -80,7 +80,7 @@ LESSONS = [
         "--- focus=None\n  [focus] (no 'Relevant to the focus' section)",
         "[focus] FAILED tests/test_auth.py::test_login",
         "  The user's other requests, the newest last:\n  - Do not modify deploy.sh. Answer in Chinese.\n"
-        "  - Do NOT modify deploy.sh.\n",
+        "  - Thanks. Please also look at the token expiry.\n  - Do NOT modify deploy.sh.\n",
         "no longer shows, and the pins stand alone: ['Do NOT modify deploy.sh.', 'Answer in Chinese.']",
         "[lesson 10] done: 2 user rules, each verbatim below 5 of 5 summaries",
     ], [], id="10"),
@@ -125,7 +125,7 @@ LESSONS = [
         "[lesson 13] done:", "light tier kept 1 of 2; breaker open: True",
     ], ["NOT raised", re.compile(r"after failure [12]: .*\n  WARNING")], id="13"),
     pytest.param("14_zones.py", [
-        "lossless (tokens removed)", "more lossless-only passes", re.compile(r"snip -[\d,]+"),
+        "lossless (tokens removed)", "more lossless-only passes", re.compile(r"evict -[\d,]+"),
         "[merge] 2 assistant messages → 1: 'The login test passes now.\\n\\nThe diff is small.'",
         re.compile(r"precise_tools=\(\) +bash results altered while in context: [1-9]"),
         re.compile(r"precise_tools=\('bash',\) bash results altered while in context: 0 of [1-9]"),
