@@ -54,6 +54,7 @@ START = time.perf_counter()
 import show  # noqa: E402  (puts the repository root on sys.path)
 import benchmark  # noqa: E402
 import compact  # noqa: E402
+import conversations  # noqa: E402
 from benchmark import check_targets, pct, pct1, run_benchmark, text_chart  # noqa: E402
 
 CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
@@ -63,16 +64,41 @@ README = os.path.join(ROOT, "README.md")  # one summary line, between markers
 GUIDE = os.path.join(ROOT, "lessons", "README.md")  # the tables, in lesson 15's section
 
 
+def number(kind: type, least: float, most: float | None = None):
+    """An argparse type: a number of `kind` from `least` (to `most`), or one line that says which."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value < least or (most is not None and value > most):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: from {least:,}"
+                                             + (f" to {most:,}" if most is not None else ""))
+        return value
+    return parse
+
+
+MIN_WINDOW = 8_000  # tokens: a generated run's largest tool output with the system prompt and a turn fits
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """An input the lesson cannot use is one line that says why, not the usage."""
+        self.exit(2, f"error: {message} (see python lessons/15_benchmark.py --help)\n")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Replay conversations through every compaction strategy.")
-    parser.add_argument("--turns", type=int, nargs="+", default=[50, 100, 250])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--window", type=int, default=32_000, help="context window of the generated runs")
+    parser = Parser(description="Replay conversations through every compaction strategy.")
+    parser.add_argument("--turns", type=number(int, conversations.MIN_TURNS), nargs="+", default=[50, 100, 250])
+    parser.add_argument("--seeds", type=number(int, 0), nargs="+", default=[0, 1, 2])
+    parser.add_argument("--window", type=number(int, MIN_WINDOW), default=32_000,
+                        help=f"context window of the generated runs (at least {MIN_WINDOW:,})")
     parser.add_argument("--trajectories", nargs="*", default=[], help="JSONL files of recorded runs")
-    parser.add_argument("--recorded-windows", type=int, nargs="+", default=list(benchmark.RECORDED_WINDOWS),
-                        help="the windows the recorded runs are replayed at")
-    parser.add_argument("--limit", type=int, help="replay only the first N runs of each file")
-    parser.add_argument("--cached-rate", type=float, default=0.1, help="cached input price / input price")
+    parser.add_argument("--recorded-windows", type=number(int, MIN_WINDOW), nargs="+",
+                        default=list(benchmark.RECORDED_WINDOWS), help="the windows the recorded runs are replayed at")
+    parser.add_argument("--limit", type=number(int, 1), help="replay only the first N runs of each file")
+    parser.add_argument("--cached-rate", type=number(float, 0.0, 1.0), default=0.1,
+                        help="cached input price / input price, from 0 to 1")
     parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="print the results as JSON only; with FILE, print the tables and save the JSON there")
     parser.add_argument("--plot", metavar="PNG", help="save a chart of tokens per turn (needs matplotlib)")
@@ -83,7 +109,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "from this (default) run")
     parser.add_argument("--model", action="store_true",
                         help="summarize with the configured model (many calls: slow, and it costs money)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for path in args.trajectories:  # read now, so a file it cannot use is one line before anything runs
+        try:
+            conversations.load_trajectories(path)
+        except (OSError, ValueError) as error:
+            parser.error(f"--trajectories {path}: {getattr(error, 'strerror', None) or error}")
+    return args
 
 
 def readme_refusal(args: argparse.Namespace) -> str | None:

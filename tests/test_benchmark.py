@@ -603,3 +603,35 @@ def test_the_recorded_figures_are_those_of_a_fresh_run():
     assert not diff, "lessons/README.md drifted; " + how + diff
     diff = drift("README.md", "summary", benchmark.summary_parts(recorded)[1], summary_half(1))
     assert not diff, "README.md's summary line drifted; " + how + diff
+
+
+@pytest.mark.parametrize("arguments, said", [
+    (["--turns", "5"], "argument --turns: 5 is out of range: from 10"),
+    (["--window", "100"], "argument --window: 100 is out of range: from 8,000"),
+    (["--cached-rate", "5"], "argument --cached-rate: 5 is out of range: from 0.0 to 1.0"),
+    (["--limit", "-1"], "argument --limit: -1 is out of range: from 1"),
+    (["--turns", "ten"], "argument --turns: 'ten' is not a int"),
+    (["--trajectories", "missing.jsonl"], "--trajectories missing.jsonl: No such file or directory"),
+    (["--trajectories", "bad.jsonl"], "--trajectories bad.jsonl: bad.jsonl:2: not valid JSON"),
+])
+def test_the_benchmark_lesson_refuses_an_input_it_cannot_use_in_one_line(tmp_path, arguments, said):
+    """Issue 37: it ended in tracebacks on --turns 5, a missing file, a bad JSON line, and took --window
+    100, --cached-rate 5, --limit -1."""
+    (tmp_path / "bad.jsonl").write_text('{"messages": []}\nnot json\n', encoding="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "lessons" / "15_benchmark.py"), *arguments], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=offline_env())
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and said in done.stderr, done.stderr
+
+
+def test_a_recorded_run_whose_next_calls_name_nothing_seen_before_is_not_measured_not_a_traceback(tmp_path):
+    run = [{"role": "user", "content": "hi"},
+           {"role": "assistant", "content": "", "tool_calls": [
+               {"id": "a", "type": "function", "function": {"name": "x", "arguments": '{"q": "NEW1"}'}}]},
+           {"role": "tool", "tool_call_id": "a", "content": "ok"}]
+    (tmp_path / "new.jsonl").write_text(json.dumps({"messages": run}) + "\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "lessons" / "15_benchmark.py"), "--trajectories", "new.jsonl",
+                           "--turns", "10", "--seeds", "0"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=offline_env())
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2_000:]
+    assert "not measured (no next tool call used anything seen before)" in done.stdout
