@@ -296,10 +296,12 @@ def print_timings(results: dict) -> None:
               f"{grown['below_trigger']:>5.2f}×   growing by one message a call, as the agent's loop calls it")
         print("  (the rows above pass the same list again; the engine sums a history once, so a list one\n"
               "  message longer costs that message)")
-    if "secrets" in results:
-        sec = results["secrets"]
-        print(f"\n[secrets] mask_secrets on {sec['chars']:,} characters: one word {sec['word']:.3f} s, ordinary text "
-              f"{sec['text']:.3f} s: {sec['ratio']:.2f}× (1 = linear; it was quadratic on long words)")
+    if "linear" in results:
+        lin = results["linear"]
+        slow = sorted(lin["checks"].items(), key=lambda item: -max(item[1].values()))[:3]
+        print(f"\n[linear] {len(lin['checks'])} checks of outside text on {lin['chars']:,} characters of one word and of "
+              "punctuation, as a multiple of ordinary text (1 = linear; IDENTIFIER was ~2,000× on a long word): the "
+              "slowest " + ", ".join(f"{n} {max(r.values()):.1f}×" for n, r in slow))
     if "linearity" in results:
         lin = results["linearity"]
         show.banner("Linearity: one layered compaction (every rung to the summary) of a long history")

@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import compact
+
 from compact import (EVERY_CALL, IDENTIFIER, POLICIES, PRESETS, SECTIONS_PROMPT, Compactor, ContextOverflowError,
                      content_text, drop_old_reasoning, estimate_tokens, find_problems, is_summary,
                      mask_old_tool_results, mask_secrets, message_tokens, reasoning_text,
@@ -743,7 +745,7 @@ def timings(messages: list[dict], timing: bool, linearity_sizes=()) -> dict:
     out: dict = {}
     if timing:
         lengths = [n for n in (50, 150, 300) if n < len(messages)] + [len(messages)]
-        out.update(overhead=overhead(messages, lengths), growing=growing(messages), secrets=secrets_ratio())
+        out.update(overhead=overhead(messages, lengths), growing=growing(messages), linear=linear_ratios())
     if linearity_sizes:
         out["linearity"] = linearity(messages, linearity_sizes)
     return out
@@ -858,10 +860,12 @@ def timing_targets(results: dict) -> list[tuple[bool, str]]:
                         f"below its trigger, on a history growing by one message a call, layered compact costs at "
                         f"most {GROWING_TARGET}× json.dumps of the whole list at {grown['messages']:,} messages: "
                         f"{grown['below_trigger']:.2f}×"))
-    if "secrets" in results:
-        ratio = results["secrets"]["ratio"]
-        targets.append((ratio <= 2, f"mask_secrets is linear: a 1 MB single word takes at most 2× the time of 1 MB "
-                                    f"of ordinary text: {ratio:.2f}×"))
+    if "linear" in results:
+        lin = results["linear"]
+        targets.append((lin["ratio"] <= 10, f"every check of compact.py that reads outside text is linear: on "
+                                            f"{lin['chars']:,} characters of one word or of punctuation each takes "
+                                            f"at most 10× its time on ordinary text (a quadratic one, thousands): "
+                                            f"{len(lin['checks'])} checks, the worst {lin['worst']} {lin['ratio']:.1f}×"))
     if "linearity" in results:
         lin = results["linearity"]
         targets.append((lin["exponent"] <= 1.5, f"a layered compaction's time grows linearly with the history, "
@@ -1270,16 +1274,31 @@ def growing(messages: list[dict], n: int = 1_000, number: int = 10, repeat: int 
     return {"messages": n, "tokens": estimate_tokens(history), "below_trigger": seconds / dumps}
 
 
-def secrets_ratio(size: int = 1_000_000) -> dict:
-    """Issue 27.8: mask_secrets on one word of `size` characters (a pasted hex blob) over its time on
-    `size` characters of ordinary text (this file): about 1 when linear; it was quadratic."""
-    word = "".join(f"{(k * 2654435761) % 2**32:08x}" for k in range(size // 8 + 1))[:size]
+def outside_text_checks() -> dict[str, Callable[[str], object]]:
+    """Every regex of compact.py and every check that reads a whole text from outside (a tool's
+    output, a pasted message, a server's reply), by name."""
+    checks = {name: value.findall for name, value in vars(compact).items() if isinstance(value, re.Pattern)}
+    return {**checks, "mask_secrets": mask_secrets, "sentences": compact.sentences, "text_tokens": compact.heuristic_tokens,
+            "cut_text": lambda text: compact.cut_text(text, 2_000, "a test")}
+
+
+def linear_ratios(size: int = 250_000) -> dict:
+    """Issue 37.3: each check of outside_text_checks on one word of `size` characters (of one letter, and
+    a pasted hex blob) and on a line of punctuation as long, over its time on ordinary text (this
+    file, at least 10 ms as a floor): about 1 when linear; a check that re-reads the rest of a long
+    word from every position takes thousands of times longer."""
+    hexes = "".join(f"{(k * 2654435761) % 2**32:08x}" for k in range(size // 8 + 1))[:size]
+    letters, punctuation = ("x" * size, ("+-./:_=#~*`" * (size // 11 + 1))[:size])  # `echo xxx…` hung it
     with open(__file__, encoding="utf-8") as f:
         prose = f.read()
     text = (prose * (size // len(prose) + 1))[:size]
-    seconds = {name: best_time(lambda: mask_secrets(value), number=1, repeat=3) for name, value in
-               (("word", word), ("text", text))}
-    return {"chars": size, **seconds, "ratio": seconds["word"] / seconds["text"]}
+    rows = {}
+    for name, check in outside_text_checks().items():
+        base = max(0.01, best_time(lambda: check(text), number=1, repeat=1))
+        rows[name] = {kind: best_time(lambda: check(value), number=1, repeat=1) / base
+                      for kind, value in (("letters", letters), ("hex", hexes), ("punctuation", punctuation))}
+    worst = max(rows, key=lambda n: max(rows[n].values()))
+    return {"chars": size, "checks": rows, "worst": worst, "ratio": max(rows[worst].values())}
 
 
 def long_history(messages: list[dict], n: int) -> list[dict]:

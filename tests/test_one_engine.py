@@ -101,7 +101,7 @@ def test_the_validator_returns_a_valid_list_itself():
 
 def test_mask_secrets_is_linear_on_one_long_word():
     import benchmark
-    assert benchmark.secrets_ratio(20_000)["ratio"] <= 2  # it was quadratic: ~1,000× at this size
+    assert benchmark.linear_ratios(20_000)["checks"]["mask_secrets"]["hex"] <= 10  # it was ~1,000× at this size
 
 
 def test_a_messages_tokens_are_counted_once(monkeypatch):
