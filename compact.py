@@ -985,10 +985,38 @@ def summary_body(message: dict) -> str:
     return text.split(EXTRA_RULE)[0].split("\n\n" + SUMMARY_OUTRO)[0].strip()
 
 
+NOTE = "[compactor] "  # how every section the engine writes below a summary starts; a summary line that
+#                        starts like it is marked "(quoted) " by with_notes, so quoted text cannot pose as one
+
+
+def fenced(text: str) -> str:
+    """Quoted text (a file, the user's words) in a fence longer than any run of backticks inside it:
+    it cannot close the fence early and pass what follows for the engine's own lines."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return f"{fence}\n{text}\n{fence}"
+
+
 def with_notes(summary: str, notes: str) -> str:
     """A summary with what the compactor itself adds below it (pins, the latest request, where the
-    archive is), after a rule, so the next compaction reads the summary alone (lesson 04)."""
-    return summary.strip() + (EXTRA_RULE + notes.strip() if notes.strip() else "")
+    archive is), after a rule, so the next compaction reads the summary alone (lesson 04). A line of
+    the summary that starts like the engine's notes, or like the rule, is marked as quoted: a tool's
+    output a model repeated cannot pose as either."""
+    summary = re.sub(rf"^(?={re.escape(NOTE.strip())}|---$)", "(quoted) ", summary.strip(), flags=re.M)
+    return summary + unclosed_fence(summary) + (EXTRA_RULE + notes.strip() if notes.strip() else "")
+
+
+def unclosed_fence(text: str) -> str:
+    """The line that closes a fence `text` leaves open (Markdown's rule: it opens with three or more
+    backticks, and a line of at least as many closes it), or "": a summary that opens a fence and
+    never closes it would swallow the engine's notes below it."""
+    fence = ""
+    for line in text.splitlines():
+        ticks = re.match(r"`{3,}", line)
+        if not fence and ticks:
+            fence = ticks.group()
+        elif fence and re.fullmatch(rf"{fence}`*\s*", line):
+            fence = ""
+    return "\n" + fence if fence else ""
 
 
 def replaced_line(middle: list[dict], state: CompactState, stood_in: str = "") -> str:
@@ -1010,13 +1038,13 @@ def summary_with_notes(engine: Compactor, messages: list[dict], focus: str | Non
     effective = engine.budget.effective(list(messages))
     extra = [user_notes(engine.state, list(kept), user_room(engine, messages), engine.archive is not None, whole)]
     if focus and whole:
-        extra.append(f"Focus of this compaction: {focus}")
+        extra.append(f"{NOTE}Focus of this compaction: {' '.join(focus.split())}")
     if engine.state.recent_files and whole:  # when even the last resort is tight, only the user's words
-        extra.append("Recently used files (reopen them if you need their content): "
-                     + ", ".join(engine.state.recent_files))
+        extra.append(f"{NOTE}Recently used files (reopen them if you need their content): "
+                     + ", ".join(" ".join(p.split()) for p in engine.state.recent_files))
     extra += reattached(engine, min(8_000, int(REATTACH_SHARE * effective))) if whole else []
     if engine.archive is not None:
-        extra.append(f"The full text of the compacted turns is archived in {engine.archive.path}; "
+        extra.append(f"{NOTE}The full text of the compacted turns is archived in {engine.archive.path}; "
                      "the recall tool searches it.")
     return summary_message(with_notes(engine.state.summary, "\n\n".join(e for e in extra if e)))
 
@@ -1028,7 +1056,7 @@ def reattached(engine: Compactor, budget: int) -> list[str]:
         text = engine.reattach(path)
         if text is None or text_tokens(text) + 20 > budget:
             continue
-        blocks.append(f"Current content of {path}:\n```\n{text}\n```")
+        blocks.append(f"{NOTE}Current content of {' '.join(path.split())}:\n{fenced(text)}")
         budget -= text_tokens(text) + 20
     return blocks
 
@@ -1086,7 +1114,7 @@ def pins_text(pinned: list[str], budget: int, archived: bool = True) -> str:
             break
         shown.insert(0, c)
         used += text_tokens(c) + 2
-    text = "Pinned user constraints (verbatim, still in force):\n" + "\n".join(f"- {c}" for c in shown)
+    text = PINS_NOTE + "\n" + "\n".join(f"- {c}" for c in shown)
     if len(shown) < len(pinned):
         text += (f"\n- … and {len(pinned) - len(shown)} earlier constraints, not shown for space"
                  + ("; the recall tool finds them in the archive" if archived else ""))
@@ -1099,9 +1127,10 @@ REQUEST_LINES = 20  # a latest request longer than that room keeps its first and
 # on the recorded runs, 40 sent 0.7 points more tokens for none more of what the next step needs
 SAID = 8  # the user's other requests the state carries, the newest, each of at most SAID_CHARS
 SAID_CHARS = 600  # characters (the archive holds every request whole)
-TASK_NOTE = "The user's task, verbatim:"
-SAID_NOTE = "The user's other requests, the newest last:"
-LATEST_NOTE = "The user's latest request, verbatim:"
+TASK_NOTE = NOTE + "The user's task, verbatim:"
+SAID_NOTE = NOTE + "The user's other requests, the newest last:"
+PINS_NOTE = NOTE + "Pinned user constraints (verbatim, still in force):"
+LATEST_NOTE = NOTE + "The user's latest request, verbatim:"
 
 
 def carry_user_words(state: "CompactState", messages: list[dict], kept: list[dict]) -> None:
@@ -1131,7 +1160,7 @@ def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: b
     def verbatim(title: str, text: str, whole: bool) -> str:
         if not text or any(text in x for x in shown):
             return ""
-        return f"{title}\n{text if whole or text_tokens(text) <= budget else cut_text(text, budget, where, (10, 10))}"
+        return f"{title}\n{fenced(text if whole or text_tokens(text) <= budget else cut_text(text, budget, where, (10, 10)))}"
     task = verbatim(TASK_NOTE, state.task, False)
     latest = verbatim(LATEST_NOTE, state.latest, whole) if state.latest != state.task else ""
     others = newest_within((x for x in reversed(state.said) if x not in (state.task, state.latest)

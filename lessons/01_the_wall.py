@@ -23,7 +23,7 @@ What changed: nothing yet. This is the starting point, the loop with no compacti
 Try it: raise WINDOW to 12_000 and the loop finishes; add names to show.SHOP_FILES and it hits the wall again.
 Explains tiny_agent.py Layer 1 ("The loop"): run, ask; Layer 2 ("Strategies"): make_compaction
 (strategy none); ("The offline demo"): DemoModel, ContextLengthExceeded; compact.py Part II
-("Refusals"): is_context_overflow.
+("Refusals the engine reads"): is_context_overflow.
 Run: python lessons/01_the_wall.py
 """
 

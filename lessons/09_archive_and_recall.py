@@ -20,8 +20,8 @@ sets ws.archive, the one the recall tool reads.
 What changed since lesson 08: cutting is now reversible; nothing that leaves is lost.
 Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
-Explains compact.py Part II ("The archive"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE;
-  ("Valid lists"): leaving; ("The one engine every strategy runs"): Compactor(policy="layered",
+Explains compact.py Part II ("How the engine ends: the archive"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE;
+  ("The engine"): Compactor.archived, Compactor(policy="layered",
   archive=...); tiny_agent.py Layer 1 ("Tools"):
   Workspace(archive=...), run_tool; Layer 2 ("Requests"): recall; ("Sessions"):
   new_session(archive_dir=...).

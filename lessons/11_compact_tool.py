@@ -24,8 +24,8 @@ tools and the compactor are the real code. The summarizer is wrapped to print th
 What changed since lesson 10: the focus no longer has to be guessed from the last user message.
 Try it: change FOCUS; delete the second compact step and compare the final summary.
 Explains tiny_agent.py Layer 1 ("The loop"): run_calls (the `compact` branch), requested_focus,
-compact_now; ("Tools"): TOOL_SCHEMAS; compact.py Part II ("The one engine every strategy runs"):
-Budget, Compactor.compact(level=1), Pass.
+compact_now; ("Tools"): TOOL_SCHEMAS; compact.py Part II ("Tokens, as the server counts them"): Budget; ("The engine"):
+  Compactor.compact(level=1), Pass.
 Run: python lessons/11_compact_tool.py
 """
 

@@ -256,7 +256,7 @@ def test_hybrid_keeps_the_last_messages_raw_and_a_rolling_summary():
     later = compactor.compact([*out, *chat(12, start=50), user("And the release notes.")])
     assert [m for m in later if is_summary(m)] == [summary_of(later)]  # one summary, rolled forward
     notes = content_text(summary_of(later)).split(compact.EXTRA_RULE)[1]  # the user's words, as the state carries them
-    assert f"{compact.TASK_NOTE}\nRefactor the modules" in notes and f"{compact.SAID_NOTE}\n" in notes
+    assert f"{compact.TASK_NOTE}\n```\nRefactor the modules" in notes and f"{compact.SAID_NOTE}\n" in notes
     assert any(line.startswith("- Question 5") for line in notes.split(compact.SAID_NOTE)[1].split("\n"))
 
 

@@ -61,7 +61,7 @@ LESSONS = [
         "[archive] permissions 0o600", "'[secret masked]' is: True",
         "code kept as written: 'password = ReadOnlyPasswordHashField(': True",
         "code kept as written: 'token = request.GET.get(\"token\")': True",
-        "[summary] The full text of the compacted turns is archived in",
+        "[summary] [compactor] The full text of the compacted turns is archived in",
         re.compile(r"\[search\] 'UnicodeDecodeError'.*\n  #\d+ \[tool\]"),
         "the planted error is in what read returns: yes",
         '[recall] {"query": "UnicodeDecodeError"}', re.compile(r'\[recall\] \{"query": "#\d+"\}'),
@@ -79,7 +79,7 @@ LESSONS = [
         re.compile(r"- … and \d+ earlier constraints, not shown for space; the recall tool finds them in the archive"),
         "--- focus=None\n  [focus] (no 'Relevant to the focus' section)",
         "[focus] FAILED tests/test_auth.py::test_login",
-        "  The user's other requests, the newest last:\n  - Do not modify deploy.sh. Answer in Chinese.\n"
+        "  [compactor] The user's other requests, the newest last:\n  - Do not modify deploy.sh. Answer in Chinese.\n"
         "  - Thanks. Please also look at the token expiry.\n  - Do NOT modify deploy.sh.\n",
         "no longer shows, and the pins stand alone: ['Do NOT modify deploy.sh.', 'Answer in Chinese.']",
         "[lesson 10] done: 2 user rules, each verbatim below 5 of 5 summaries",
@@ -147,7 +147,7 @@ LESSONS = [
         "the default changes nothing (True); evo-agent masks 3 of 6 results, the last 3 stay whole",
         re.compile(r"\[evo-agent\] 6 reads of [\d,]+ characters, at \d+% of the window: the 3 left whole hold over "
                    r"50,000, so compact history summarizes: 14 → \d messages \(mask · compact history\)"),
-        "[evo-agent] the focus ends the summary, as in every policy: 'Focus of this compaction: the parser module'",
+        "[evo-agent] the focus ends the summary, as in every policy: '[compactor] Focus of this compaction: the parser module'",
         "a 3,000-line log → 'line 0' … 'line 99', '[… 2,880 lines cut …]', 'line 2980' … 'line 2999'",
         re.compile(r"\[five-layer\] cache first: the batch freed [\d,]+"),
         re.compile(r"\[five-layer\] the light tier ran in [1-9]\d* compactions: kept in [1-9]"),
@@ -318,6 +318,11 @@ def misplaced_names(clause: str) -> list[str]:
             parts, defined = layout(file)
             whole = [(parts[part][0][1], parts[part][0][2])] if part else [(1, 10**9)]
             spans = [(s[1], s[2]) for q in sections for s in titled(parts[part], q)] if part and sections else whole
+            bare = text
+            while re.search(r"\([^()]*\)", bare):
+                bare = re.sub(r"\([^()]*\)", "", bare)  # what an item says of itself: "(strategy none)"
+            items = [m for m in re.findall(r"(?:^|[,;:])\s*([A-Za-z_]\w*)", bare) if m not in ("and", "the")]
+            wrong += [f"{name} is not defined in {file}" for name in items if name not in defined]
             for word in re.findall(r"\b[A-Za-z_]\w*(?:\.\w+)?", text):
                 name, _, member = word.partition(".")
                 if name not in defined or word in ("compact.py", "tiny_agent.py"):
@@ -349,3 +354,22 @@ def test_the_explains_line_names_the_part_and_section_of_each_name(filename):
     clause = explains_clause(docstring)
     assert re.search(r"\b(Part (?:III|II|I)|Layer [123])\b", clause) or filename.startswith("01_"), clause
     assert not misplaced_names(clause), (clause, misplaced_names(clause))
+
+
+GUIDE_PARTS = {"第一部分": "Part I", "第二部分": "Part II", "第三部分": "Part III", "第一层": "Layer 1", "第二层": "Layer 2",
+               "第三层": "Layer 3", "：": ": ", "；": "; ", "，": ", ", "。": ". "}
+
+
+@pytest.mark.parametrize("guide,opening", [("README.md", "Explains "), ("README.zh-CN.md", "对应 ")])
+def test_the_guides_explains_lines_name_the_part_and_section_of_each_name(guide, opening):
+    """The same for each guide's "Explains" (对应) paragraph, read without its backticks: a section
+    renamed or a function gone fails here and not in a reader's hands."""
+    paragraphs = re.findall(rf"^{opening}.*?(?=\n\s*\n|\Z)", (ROOT / "lessons" / guide).read_text(encoding="utf-8"),
+                            flags=re.M | re.S)
+    assert len(paragraphs) == len(ALL_LESSONS) + 1  # and lesson 15's
+    for paragraph in paragraphs:
+        clause = " ".join(paragraph.replace("`", "").split())
+        for words, english in GUIDE_PARTS.items():
+            clause = clause.replace(words, english)
+        clause = re.split(r"\.(?:\s|$)", clause.split(" ", 1)[1], maxsplit=1)[0]
+        assert not misplaced_names(clause), (guide, clause, misplaced_names(clause))
