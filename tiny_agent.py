@@ -845,6 +845,8 @@ def replace_file(ws: Workspace, path: str, data: bytes) -> None:
             info = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
             if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f"{path} is not a regular file")
+            if info.st_nlink > 1 and is_record(info):
+                raise ToolError(f"{path} {RECORDS} (a hard link to one)")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
