@@ -719,7 +719,7 @@ class AgentWorkspace(Workspace):
             if not self.sandbox:
                 yield argv
                 return
-            root, records = self.root.resolve(), records_root()
+            root, records = self.root.resolve(), records_root().resolve()
             env, made = root / ".env", writable and not os.path.lexists(root / ".env")
             box = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
                    "--tmpfs", "/tmp", "--setenv", "HOME", "/tmp"]
@@ -967,10 +967,6 @@ class Strategy:
             after = [{**m, "content": done} if m.get("tool_call_id") == asked else m for m in after]
         return after if asked or compacted or any(a is not m for a, m in zip(admitted, messages)) else messages
 
-    def refused(self, error: Exception) -> int | None:
-        """The server's count when `error` is a "too long" refusal (0 when it gave none), else None."""
-        return self.compactor.refused(error)
-
 
 def newest_batch(messages: list[dict]) -> tuple[int, dict[str, dict]]:
     """Where the results that end the history start, and the calls of the message before them."""
@@ -1068,7 +1064,8 @@ def served(session: Session, model: Callable, log=print) -> Callable:
                 reply = dict(model(session.messages, tools))
                 break
             except Exception as error:
-                counted = strategy.refused(error)  # None: not a "too long" refusal
+                counted = strategy.compactor.refused(error)  # the server's count (0: none given), or None:
+                # not a "too long" refusal
                 if counted is None:
                     raise
                 refused.add(json.dumps(session.messages, sort_keys=True, default=str))

@@ -143,6 +143,26 @@ def copy(request, tmp_path) -> tuple:
     return request.param, folder
 
 
+def one_line(done: subprocess.CompletedProcess, *said: str) -> None:
+    """Exit code 1, no traceback, one line on stderr that holds each of `said`."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and all(s in lines[0] for s in said), done.stderr
+
+
+@pytest.mark.parametrize("sent", ["cut JSON", "HTTP 500"])
+def test_each_copy_says_in_one_line_what_a_broken_server_sent(copy, tmp_path, httpserver, sent):
+    layer, folder = copy
+    handler = httpserver.expect_request("/v1/chat/completions", method="POST")
+    if sent == "cut JSON":
+        handler.respond_with_data('{"choices": [{"message": {"content": "hel', content_type="application/json")
+    else:
+        handler.respond_with_data("<html><h1>Internal Server Error</h1></html>", status=500, content_type="text/html")
+    write_env(folder, httpserver.url_for("/v1"))
+    one_line(agent(folder, tmp_path, "a task"), *(["not a chat completion"] if sent == "cut JSON" else
+                                                 ["HTTP 500", "Internal Server Error"]))
+
+
 def test_each_copy_passes_the_smoke_test_from_outside(copy, tmp_path, fake_openai):
     """A .env beside the copy names the server (no setting in the environment); the model runs one
     known-harmless command and one destructive one; stdin is not a terminal, so the second is refused."""
@@ -161,10 +181,7 @@ def test_each_copy_passes_the_smoke_test_from_outside(copy, tmp_path, fake_opena
     assert (folder / "victim.txt").read_text() == "precious\n"
 
     write_env(folder, f"http://127.0.0.1:{closed_port()}/v1")
-    refused = agent(folder, tmp_path, "a task")
-    lines = refused.stderr.strip().splitlines()
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr + refused.stdout, refused.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "127.0.0.1" in lines[0], refused.stderr
+    one_line(agent(folder, tmp_path, "a task"), "127.0.0.1", "refused")
 
     helped = agent(folder, tmp_path, "--help")
     assert helped.returncode == 0 and helped.stdout.startswith("usage: tiny_agent.py") and "task" in helped.stdout
