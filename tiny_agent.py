@@ -274,7 +274,7 @@ def children() -> set[int]:
     ours, not init's, and stays one until stop_all stops it."""
     if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0):
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-    found: set[int] = set()
+    found = set(map(int, Path(f"/proc/self/task/{os.getpid()}/children").read_text().split()))  # needs Linux 3.5+
     for task in os.listdir("/proc/self/task"):  # an orphan is given to one of our threads
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
             found.update(map(int, Path(f"/proc/self/task/{task}/children").read_text().split()))
