@@ -97,7 +97,7 @@ def safe_text(text: str) -> str:
 
 def printable(text: str, width: int) -> str:
     """A one-line preview for the terminal: no newlines or escape sequences from the model."""
-    flat = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
+    flat = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split())[:width + 1])
     return flat[:width] + ("…" if len(flat) > width else "")
 
 

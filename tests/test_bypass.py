@@ -343,22 +343,38 @@ SHAPES = {"plain words": "cat " + "a " * 2_000_000, "quoted words": "cat " + "'a
           "nested quotes": "echo " + "\"'\" " * 1_000_000, "backslashes": "echo " + "\\ " * 2_000_000}
 
 
-def test_a_4_mb_command_is_judged_in_one_pass(server, workspace, tmp_path):
-    """Each 4 MB shape is judged within a generous bound, in this process, and one goes through the
-    command line as a model would send it."""
+PROVED = ("plain words", "quoted words", "many parts", "one long word", "find's options", "nested quotes")
+
+
+def test_a_4_mb_command_is_judged_in_one_pass():
+    """Each 4 MB shape is judged within a generous bound (the old checker took 514 s on one)."""
     for name, command in SHAPES.items():
         start = time.process_time()
         why = tiny_agent.needs_asking(command)
-        assert time.process_time() - start < 5, name  # the old checker took 514 s
-        assert (why is None) == (name in ("plain words", "quoted words", "many parts", "one long word",
-                                          "find's options", "nested quotes")), (name, why)
-    command = SHAPES["a refusal at the end"]
-    script = Script(server, [chat_response(tool_calls=[tool_call("call_big", "bash", command=command)]),
-                             chat_response("DONE")])
-    done = run_agent(["--workspace", str(workspace), "go"], agent_env(script.base_url), tmp_path / "cwd")
+        assert time.process_time() - start < 5, name
+        assert (why is None) == (name in PROVED), (name, why)
+
+
+def test_long_commands_of_every_shape_go_through_the_command_line(server, workspace, tmp_path, mode):
+    """Every shape, a hundredth of its size, and one of 1 MB (12.5 s to judge on 7ba4f40), as a model
+    sends them (the scripted server renders each request through five chat templates): each is judged,
+    the proved ones run (and change nothing), the others are refused, and the agent finishes. (Not
+    the two shapes that hold one long word: compact.py's shorten_value reads a long word in
+    quadratic time, 39 s for 100 KB, when the history must be cut; that is the compaction's, issue
+    35's, not the check's.)"""
+    (workspace / "victim.txt").write_text("precious\n")
+    before = files(workspace)
+    shapes = [name for name in SHAPES if name not in ("one long word", "an unclosed quote")]
+    commands = [SHAPES[name][:len(SHAPES[name]) // 100] for name in shapes] + ["cat a " * 175_000 + "; rm victim.txt"]
+    calls = [tool_call(f"call_{i}", "bash", command=c) for i, c in enumerate(commands)]
+    script = Script(server, [chat_response(tool_calls=calls), chat_response("DONE")])
+    done = run_agent(["--workspace", str(workspace), "go"], agent_env(script.base_url, **mode), tmp_path / "cwd")
     assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-2000:]
-    [result] = [m["content"] for m in script.turns[1]["messages"] if m["role"] == "tool"]
-    assert result.startswith(NOT_ALLOWED)
+    results = [m["content"] for m in script.turns[1]["messages"] if m["role"] == "tool"]
+    assert len(results) == len(commands) and results[-1].startswith(NOT_ALLOWED)
+    assert [r.startswith(NOT_ALLOWED) for r in results[:-1]] == [tiny_agent.needs_asking(c) is not None
+                                                                 for c in commands[:-1]]
+    assert files(workspace) == before
 
 
 # --- The question shows the whole command: what would run is what the user reads ---------------
