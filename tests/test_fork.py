@@ -189,12 +189,31 @@ def test_each_copy_passes_the_smoke_test_from_outside(copy, tmp_path, fake_opena
 
 
 KEEPS = {  # what the README's table says each copy keeps: tools, the sandbox, sessions, REPL, the ladder
-    1: {"tools": ["bash"], "sandbox": False, "sessions": False, "repl": False, "ladder": False},
+    1: {"tools": ["bash"], "sandbox": False, "sessions": False, "repl": False, "ladder": False, "recovery": False},
     2: {"tools": ["bash", "read_file", "write_file", "edit_file", "compact", "recall"], "sandbox": True,
-        "sessions": True, "repl": True, "ladder": False},
+        "sessions": True, "repl": True, "ladder": False, "recovery": True},
     "whole": {"tools": ["bash", "read_file", "write_file", "edit_file", "compact", "recall"], "sandbox": True,
-              "sessions": True, "repl": True, "ladder": True},
+              "sessions": True, "repl": True, "ladder": True, "recovery": True},
 }
+TOO_LONG = {"error": {"message": "This model's maximum context length is 128000 tokens. However, your messages "
+                                 "resulted in 130000 tokens.", "type": "invalid_request_error", "param": "messages",
+                      "code": "context_length_exceeded"}}
+
+
+def test_each_copy_recovers_from_a_refusal_as_the_table_says(copy, tmp_path, fake_openai):
+    """Copy 2 and the whole file compact harder when the server refuses a request as too long, and
+    go on; copy 1 keeps the tutorial's rule alone and stops with one line."""
+    layer, folder = copy
+    steps = [(200, chat_response(None, [(f"c{i}", "bash", {"command": "cat notes.txt"})])) for i in range(6)]
+    steps += [(400, TOO_LONG), (200, chat_response("RECOVERED"))]
+    server = fake_openai(lambda body: steps.pop(0) if "tools" in body else (200, chat_response("SUMMARY")))
+    write_env(folder, server.base_url)
+    done = agent(folder, tmp_path, "read the notes six times")
+    if KEEPS[layer]["recovery"]:
+        assert done.returncode == 0 and "RECOVERED" in done.stdout, done.stderr[-2000:]
+        assert "refused the request as too long" in done.stdout
+    else:
+        one_line(done, "HTTP 400", "maximum context length")
 
 
 def test_each_copy_keeps_what_the_readme_says_and_nothing_it_leaves_out(copy, tmp_path, fake_openai):
@@ -223,6 +242,7 @@ def test_each_copy_keeps_what_the_readme_says_and_nothing_it_leaves_out(copy, tm
         assert "[shell] bash runs inside bubblewrap" in piped.stdout
     helped = agent(folder, tmp_path, "--help").stdout
     assert ("layered" in helped) == keeps["ladder"] and ("--strategy" in helped) == (layer != 1), helped
+    assert ("--demo" in helped) == (layer != 1) and ("--resume" in helped) == keeps["sessions"], helped
 
 
 def test_the_readme_states_the_size_of_each_copy_and_where_each_part_starts():
