@@ -4,35 +4,29 @@
                 ▲                              │ yes
                 └──── append results ◄── run each call
 
-Every iteration first calls the compaction, so `messages` rises and falls like a sawtooth instead
-of growing until the model refuses it. The file is in three layers, and a fork may stop at the
-end of any of them (README: "Fork it"):
+Every iteration first calls the compaction, so `messages` rises and falls like a sawtooth. A fork
+may stop at the end of any layer (README: "Fork it"):
 
-    Layer 1  the tutorial's agent   the loop, the tools, the tutorial's sawtooth, one task
-    Layer 2  real servers           what is sent, refusals, settings, the REPL, sessions, the demo
+    Layer 1  the tutorial's agent   the loop, one tool (bash) and its question, the sawtooth, one task
+    Layer 2  real servers           tools, the sandbox, refusals, settings, sessions, the REPL, the demo
     Layer 3  the ladder             compact.py's Part III, whose policies STRATEGIES lists by name
 
-Run `python tiny_agent.py` with no model configured to watch the demo; set OPENAI_API_KEY or
-OPENAI_BASE_URL (in the shell or in .env) to use a real model.
+Layer 2 replaces nothing: it registers tools and wraps the model and the compaction the loop calls.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import errno
+import ctypes
 import inspect
 import json
 import os
 import re
-import reprlib
 import select
-import shlex
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,7 +41,7 @@ is done, reply with the answer and no tool call. Text that starts with [Context 
 about earlier turns, not new instructions."""
 
 # ════════════════════════════════════════════════════════════════════════════════════════════
-# Layer 1 · The tutorial's agent: the loop, the tools, the sawtooth
+# Layer 1 · The tutorial's agent: the loop, bash and its question, the sawtooth, one task
 # ════════════════════════════════════════════════════════════════════════════════════════════
 
 # --- The loop (lesson 02) --------------------------------------------------------------------
@@ -55,143 +49,40 @@ about earlier turns, not new instructions."""
 
 @dataclass
 class Session:
-    """What the loop needs across iterations and REPL questions."""
+    """What the loop needs across iterations: the history, and the compaction it calls first."""
 
     messages: list[dict]
-    compaction: Compaction  # made in one place from --strategy (make_compaction, Layer 2)
+    compaction: Callable  # (messages, focus=None, level=0, log=print) -> the messages to send
     max_iterations: int = 50  # model calls for one task
-    sent: list[tuple[int, int]] = field(default_factory=list)  # (messages, tokens the server counted)
-    usage: tuple[list[dict], int] | None = None  # the last request as sent, and the server's count
-    compactions: int = 0  # times compact_now changed the list
 
 
 def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) -> str:
-    """The tutorial's loop: compact, ask, append, run the calls, repeat."""
+    """The tutorial's loop: compact, ask the model, append its reply, run its calls, repeat."""
     session.messages.append({"role": "user", "content": safe_text(task)})
-    try:
-        for _ in range(session.max_iterations):
-            compact_now(session, log=log)
-            reply = ask(session, model, log)
-            session.messages.append(reply)
-            if not reply.get("tool_calls"):
-                return reply.get("content") or ""
-            run_calls(session, reply["tool_calls"], ws, log)
-    except KeyboardInterrupt:
-        answer_open_calls(session.messages)  # Ctrl-C: the history stays valid for the next question
-        raise
-    close_turn(session.messages, stopped(session.max_iterations))
+    for _ in range(session.max_iterations):
+        compact_now(session, log=log)
+        reply = model(session.messages, TOOL_SCHEMAS)
+        session.messages.append(reply)
+        if not reply.get("tool_calls"):
+            return reply.get("content") or ""
+        for call in reply["tool_calls"]:
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            log(f"[tool] {name} {printable(arguments, 70)}")
+            session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": run_tool(ws, name, arguments)})
     return stopped(session.max_iterations)
 
 
 def stopped(n: int) -> str:
-    return f"stopped after {n} model call{'s' * (n != 1)} without a final answer: --max-iterations raises the limit"
+    return f"stopped after {n} model call{'s' * (n != 1)} without a final answer"
 
 
-def compact_now(session: Session, focus: str | None = None, level: int = 0, log=print) -> None:
-    """One call of the compaction, and one visible line when it changed something. `level` 0 is
-    the strategy's own rule, 1 compacts now, higher levels compact harder (lesson 02)."""
+def compact_now(session: Session, focus: str | None = None, level: int = 0, log=print) -> bool:
+    """One call of the compaction, which says in one line what it changed. `level` 0 is its own
+    rule, 1 compacts now, higher levels compact harder (lesson 02). True when the history changed."""
     before = session.messages
-    with waiting(label="compacting"):
-        after = session.compaction.compact(before, focus=focus, level=level, usage=session.usage)
-    if after is before:
-        return
-    session.compactions += 1
-    log(f"[compact] {len(before)} → {len(after)} messages{session.compaction.describe(before, after, session.usage)}")
-    session.messages = list(after)
-
-
-def ask(session: Session, model: Callable, log=print) -> dict:
-    """Call the model. When the server refuses the request as too long, compact one level harder
-    each time, and never send a request it already refused (lesson 03)."""
-    refused: set[str] = set()
-    level = 0
-    while True:
-        try:
-            return send(session, model)
-        except Exception as error:
-            counted = session.compaction.refused(error)  # None: not a "too long" refusal
-            if counted is None:
-                raise
-            refused.add(json.dumps(session.messages, sort_keys=True, default=str))
-            log(f"[compact] the server refused the request as too long ({' '.join(str(error).split())[:160]})")
-            if counted:  # the truth about this request's size calibrates what comes next
-                session.usage = (list(session.messages), counted)
-        while json.dumps(session.messages, sort_keys=True, default=str) in refused:
-            level += 1  # the compaction raises once it has no harder level left
-            compact_now(session, level=level, log=log)
-
-
-def send(session: Session, model: Callable) -> dict:
-    """One request. The server's count of the prompt (`usage`) is taken out of the reply and kept
-    as the truth about this request's size (pi-mono and Claude Code do the same)."""
-    reply = dict(model(session.messages, TOOL_SCHEMAS))
-    counted = reply.pop("usage", None)
-    session.usage = (list(session.messages), counted) if isinstance(counted, int) and counted > 0 else None
-    session.sent.append((len(session.messages), counted if session.usage else 0))
-    return reply
-
-
-def run_calls(session: Session, calls: list[dict], ws: Workspace, log=print) -> None:
-    """Run each call and append its result. A `compact` call is answered last, once every other
-    result is in, and its result says what the compaction did (lesson 11)."""
-    focus = None
-    for call in calls:
-        name, arguments = call["function"]["name"], call["function"]["arguments"]
-        log(f"[tool] {name} {printable(arguments, 70)}")
-        if name == "compact":
-            focus = (call, requested_focus(arguments))
-            continue
-        result = session.compaction.admit(call, run_tool(ws, name, arguments))
-        session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": safe_text(result)})
-    if focus is not None:
-        call, text = focus
-        session.messages.append({"role": "tool", "tool_call_id": call["id"], "content": "compacting now"})
-        before = session.messages
-        compact_now(session, focus=text, level=1, log=log)
-        done = (f"compacted {len(before)} → {len(session.messages)} messages, keeping what matters for: "
-                f"{text or 'the task'}" if session.messages is not before else
-                f"nothing to compact yet: {nothing_to_compact(session.messages)}")
-        session.messages[-1] = {**session.messages[-1], "content": done}
-
-
-def nothing_to_compact(messages: list[dict]) -> str:
-    """Why a forced compaction changed nothing, in words."""
-    n = len(messages) - (1 if messages and messages[0].get("role") == "system" else 0)
-    return (f"the history is {n} message{'s' * (n != 1)} after the system prompt, and the newest turn is always "
-            "kept whole")
-
-
-INTERRUPTED = "[interrupted by the user before this call finished]"
-
-
-def answer_open_calls(messages: list[dict]) -> None:
-    """After an interruption, every call of the last assistant message gets a result: the ones not
-    run say so."""
-    i = len(messages) - 1
-    while i >= 0 and messages[i].get("role") == "tool":
-        i -= 1
-    if i < 0 or messages[i].get("role") != "assistant":
-        return
-    answered = {m.get("tool_call_id") for m in messages[i + 1:]}
-    messages += [{"role": "tool", "tool_call_id": c["id"], "content": INTERRUPTED}
-                 for c in messages[i].get("tool_calls") or [] if c["id"] not in answered]
-    close_turn(messages, "[interrupted by the user]")
-
-
-def close_turn(messages: list[dict], note: str) -> None:
-    """A turn that stopped after tool results ends with an assistant note, so the next question
-    does not follow a tool result: Gemma's and Mistral's templates refuse two user turns in a row."""
-    if messages and messages[-1].get("role") == "tool":
-        messages.append({"role": "assistant", "content": note})
-
-
-def requested_focus(arguments: str) -> str:
-    """The `focus` of a compact call; malformed arguments just mean no focus."""
-    try:
-        args = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return ""
-    return str(args.get("focus", "")) if isinstance(args, dict) else ""
+    after = session.compaction(before, focus=focus, level=level, log=log)
+    session.messages = before if after is before else list(after)
+    return after is not before
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -200,132 +91,60 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what a terminal would o
 
 def safe_text(text: str) -> str:
     """Text that can be sent: bytes that were not UTF-8 (kept by Python as lone surrogates, from a
-    terminal, an argument or a file) become U+FFFD instead of a traceback in the client."""
-    return LONE_SURROGATE.sub("\ufffd", text) if isinstance(text, str) else text
+    terminal, an argument or a reply) become U+FFFD instead of a traceback in the client."""
+    return LONE_SURROGATE.sub("\ufffd", text)
 
 
 def printable(text: str, width: int) -> str:
     """A one-line preview for the terminal: no newlines or escape sequences from the model."""
-    flat = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
+    flat = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split())[:width + 1])
     return flat[:width] + ("…" if len(flat) > width else "")
 
 
-@contextmanager
-def waiting(stream=None, label: str = "thinking"):
-    """Elapsed seconds on the terminal while the model thinks or a summary is made; nothing when
-    output is not a terminal."""
-    stream = stream or sys.stderr
-    if not stream.isatty():
-        yield
-        return
-    done, start = threading.Event(), time.monotonic()
-
-    def tick():
-        while not done.wait(1.0):
-            stream.write(f"\r[{label}] {time.monotonic() - start:.0f} s ")
-            stream.flush()
-    ticker = threading.Thread(target=tick, daemon=True)
-    ticker.start()
-    try:
-        yield
-    finally:
-        done.set()
-        ticker.join()
-        stream.write("\r" + " " * 24 + "\r")
+def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT, summarize=summarize) -> Callable:
+    """The tutorial's sawtooth as the loop calls it: compact_messages with the cheap model's summary
+    (or the one given); level 1 and up compact now (lesson 02)."""
+    def compaction(messages: list[dict], focus=None, level: int = 0, log=print) -> list[dict]:
+        after = compact_messages(messages, summarize, threshold=0 if level else threshold, keep_recent=keep_recent)
+        if after is not messages:
+            log(f"[compact] {len(messages)} → {len(after)} messages")
+        return after
+    return compaction
 
 
-# --- The compaction the loop calls (lesson 02) -----------------------------------------------
+# --- bash, and the question before a command not known to be harmless (lesson 02) -----------
 
-
-@dataclass
-class Compaction:
-    """The strategy, as the one object the loop calls: `compact` before every request, `refused` after
-    an error. Layer 1 makes the tutorial's sawtooth; Layer 2 makes every strategy (make_compaction),
-    whose `compact` is the engine's own method."""
-
-    name: str
-    compact: Callable  # (messages, focus=None, level=0, usage=None) -> the messages to send
-    refused: Callable = lambda error: None  # the server's count when `error` is a "too long" refusal
-    # (0 when it gave none), None for any other error, which the loop raises
-    describe: Callable = lambda before, after, usage: ""  # more of the [compact] line
-    admit: Callable = lambda call, output: output  # what of a tool's output enters the context
-    state: object = None  # what lasts across compactions (compact.CompactState), saved by the REPL
-    archive: object = None  # compact.Archive: every message that leaves the context, for recall
-    guard: object = None  # compact.SummaryGuard: the summarizer's failure times and breaker, for /context
-    meter: Callable | None = None  # (messages) -> (trigger tokens, pinned tokens, trigger share) for /context
-
-
-def tutorial_compaction(threshold: int = THRESHOLD, keep_recent: int = KEEP_RECENT,
-                        summarize: Callable = summarize) -> Compaction:
-    """The tutorial's sawtooth: compact_messages with the cheap model's summary (or the one given);
-    level 1 and up compact now. A refusal from the server stands (Layer 2 recovers from it)."""
-    def compact(messages, focus=None, level=0, usage=None):
-        return compact_messages(messages, summarize, threshold=0 if level else threshold, keep_recent=keep_recent)
-    return Compaction("sawtooth", compact)
-
-
-# --- Tools: bash and three file tools, all confined to one workspace folder (lesson 02) ------
-
-OUTPUT_CAP = 10_000  # bytes of a file or a command's output the model sees: the head and the tail
+OUTPUT_CAP = 10_000  # bytes of a command's output (or a file) the model sees: the head and the tail
 BASH_TIMEOUT = 30.0  # seconds a command may run (BASH_TIMEOUT in .env)
-
-
-def tolerant_stdin() -> None:
-    """Bytes typed at the terminal that are not UTF-8 arrive as lone surrogates (safe_text turns
-    them into U+FFFD) instead of a UnicodeDecodeError inside input(). Set once: a pipe's buffered
-    stream refuses to change after its first read."""
-    if hasattr(sys.stdin, "reconfigure") and sys.stdin.errors != "surrogateescape":
-        sys.stdin.reconfigure(errors="surrogateescape")
 
 
 def ask_on_terminal(question: str) -> str:
     """y, n or a (yes to this command for the rest of the session); without a terminal, or on
-    Ctrl-C or Ctrl-D, the answer is n."""
-    if not sys.stdin.isatty():
+    Ctrl-C or Ctrl-D, or bytes that are not UTF-8, the answer is n."""
+    if not os.isatty(0):
         return "n"
-    tolerant_stdin()
     try:
         answer = input(f"{question} [y/N/a] ").strip().lower()
         return "y" if answer in ("y", "yes") else "a" if answer in ("a", "always") else "n"
-    except (EOFError, KeyboardInterrupt):
+    except (EOFError, KeyboardInterrupt, UnicodeDecodeError):
         print()
         return "n"
 
 
 @dataclass
 class Workspace:
-    """The folder the tools may touch; `approve` answers y, n or a for a command not known to be
-    harmless, and the commands answered a are run unasked for the rest of the session."""
+    """The folder commands run in; `approve` answers y, n or a for a command not known to be
+    harmless, and the commands answered a run unasked for the rest of the session."""
 
     root: Path
     approve: Callable[[str], str] = ask_on_terminal
     timeout: float = BASH_TIMEOUT
-    sandbox: bool = field(default_factory=lambda: shutil.which("bwrap") is not None)  # bash inside bwrap
-    protected: tuple[Path, ...] = ()  # the agent's own records: never touched, hidden from commands
-    archive: object = None  # compact.Archive, which the recall tool reads (Layer 2)
     allowed: set[str] = field(default_factory=set)  # commands answered a
 
-    def path(self, relative: str, writing: bool = False) -> list[str]:
-        """The folders and the name of a path the model gave, `..` resolved by name: refused when
-        absolute, outside, the agent's records, or (for writing) .env or inside .git."""
-        if not isinstance(relative, str) or not relative or relative.startswith("/"):
-            raise ToolError(f"path {relative!r} must be relative to the workspace")
-        parts: list[str] = []
-        for name in relative.split("/"):
-            if name == "..":
-                if not parts:
-                    raise ToolError(f"path {relative!r} leads outside the workspace")
-                parts.pop()
-            elif name not in ("", "."):
-                parts.append(name)
-        if not parts:
-            raise ToolError(f"path {relative!r} is the workspace folder itself, not a file")
-        target = self.root.resolve().joinpath(*parts)
-        if any(target == p.resolve() or p.resolve() in target.parents for p in self.protected):
-            raise ToolError(f"path {relative!r} is the agent's own record and cannot be touched")
-        if writing and (parts[-1] == ".env" or ".git" in parts):
-            raise ToolError(f"path {relative!r} is the user's settings (.env, .git): only the user changes them")
-        return parts
+    @contextmanager
+    def shell(self, command: str, writable: bool):
+        """What runs `command`: bash (in Layer 2's sandbox, `writable` only when the user allowed it)."""
+        yield ["bash", "-c", command]
 
 
 class ToolError(Exception):
@@ -338,120 +157,86 @@ def cap(head: bytes, tail: bytes = b"", dropped: int = 0) -> str:
     return (head + cut.encode() + tail).decode("utf-8", errors="replace")
 
 
-# Programs that only read and print. A command runs unasked only when each of its parts is one of
-# them with arguments that match its pattern (joined by NUL): the options that would write, delete
-# or run another program are left out. Everything else is asked (README "What bash may do").
-def without(*options: str) -> str:
-    return rf"(?!(.*\0)?({'|'.join(options)})).*"
-
-
-READ_ONLY = {
-    **dict.fromkeys("ls cat head tail wc grep pwd echo true false exit stat du which cut tr diff basename dirname "
-                    "realpath".split(), ".*"),
-    "find": without("-delete", "-exec", "-ok", "-fprint", "-fls"), "sort": without("-[^-\0]*o", "--o", "--c"),
-    "rg": without("--pre", "--hostname-bin"), "tree": without("-[^-\0]*[oR]"), "file": without("-[^-\0]*C", "--c"),
-    "uniq": r"(-[^\0]*\0)*[^\0]*",  # one file at most: a second one is where uniq writes
-    "sed": r"((-n|-E|-r)\0)*((\d+|\$)(,(\d+|\$))?p|s/([^/\\\0]|\\.)*/([^/\\\0]|\\.)*/[gpI\d]*)(\0[^-][^\0]*)*",
-    "git": r"(status|diff|log|show)(\0(?!--output)[^\0]*)*",
+# A command runs unasked only when this proves it harmless: parts joined by |, && or ||, each a
+# program of READ_ONLY and its words, each plain or one simple quote: nothing expands, redirects or
+# runs another command, so bash reads it as written here. Anything else is asked, not parsed harder.
+PLAIN = r"[\w.,:=+%@/-]"  # letters, digits and punctuation that mean nothing to bash
+QUOTED = r"""'[^'\n]*'|"[^"$`\\\n]*\""""  # single quotes; double quotes with nothing that expands
+WORD = rf"(?:{PLAIN}+|{QUOTED})"
+OPERAND = r"""(?:[\w.,:=+%@/]""" + PLAIN + r"""*|'[^'\n-][^'\n]*'|"[^"$`\\\n-][^"$`\\\n]*")"""  # not an option
+END = r"(?![^ \t|&])"  # the end of a word
+READ_ONLY = {  # program -> the words it may have: the options that write or run a program left out
+    **dict.fromkeys("cat head tail wc grep ls pwd echo true false stat du which cut tr diff basename dirname "
+                    "realpath".split(), rf"(?:[ \t]+{WORD})*"),
+    **{name: rf"(?:[ \t]+(?:(?!{refused})-{PLAIN}*|{OPERAND}))*" for name, refused in  # options plain, quoted
+       [("find", "-(?:delete|exec|ok|fprint|fls)"), ("sort", r"-[^- \t|&]*[oT]|--[oct]")]},  # words not "-…"
+    "uniq": rf"(?:[ \t]+(?!--?{END})-{PLAIN}*)*(?:[ \t]+{OPERAND}(?:[ \t]+(?!--?{END})-{PLAIN}*)*)?",  # one file
+    "sed": rf"[ \t]+-n[ \t]+(?:\d+(?:,\d+)?p|'(?:\d+|\$)(?:,(?:\d+|\$))?p'){END}(?:[ \t]+{OPERAND})*",
 }
-HARMLESS_REDIRECTS = {"<": ".+", ">": "/dev/null", ">>": "/dev/null", "&>": "/dev/null", ">&": r"\d|-", "<&": r"\d|-"}
-# bash's operators, and its words: unquoted characters, escapes and quoted strings, unquoted later
-SHELL_TOKEN = re.compile(r"""[ \t]*(?:([;&|<>()\n]+)|((?:[^\s;&|<>()'"\\]|\\.|'[^']*'|"(?:[^"\\]|\\.)*")+))""", re.S)
-QUOTED = re.compile(r"""'[^']*'|"(?:[^"\\]|\\.)*"|\\.""")
+PART = "(?:" + "|".join(rf"{name}{END}{words}" for name, words in READ_ONLY.items()) + ")"
+PROVED = re.compile(rf"[ \t]*{PART}(?:[ \t]*(?:\|\||&&|\|)[ \t]*{PART})*[ \t]*")
+OUTSIDE = re.compile(r"""\.\.|(?<![^ \t|&])(?:['"]?/|-[^ \t|&]*/|'-[^']*/|"-[^"]*/)""")  # `..`, /x, -f/x
+NEXT = re.compile(r"[ \t]*(\|\||&&|\|)?[ \t]*([\w.,:=+%@/-]*)")  # where the proof stopped: a program?
 
 
 def needs_asking(command: str) -> str | None:
-    """Why `command` is asked before it runs, or None when it is known to be harmless: split at
-    ; && || | & and newlines, each part a program of READ_ONLY with arguments it allows, and
-    nothing redirected into a file, substituted or run in a subshell. The arguments of a program
-    with options to refuse must not expand (a file named -delete matches `*`)."""
-    text, part, expands, at = command.rstrip(" \t") + ";", [], False, 0
-    while at < len(text):
-        token = SHELL_TOKEN.match(text, at)
-        if not token:
-            return "it cannot be read word by word"
-        at, operator, word = token.end(), token[1], token[2]
-        if word and ("$(" in word or "`" in word):
-            return "it runs a command inside another"
-        if word:
-            unquoted = QUOTED.sub(lambda q: q[0] if q[0][0] == '"' else "", word)  # "$x" expands, '$x' not
-            expands = expands or bool(part) and ("$" in unquoted or bool(set(QUOTED.sub("", word)) & set("*?[{")))
-            part.append(shlex.split(word)[0])
-        elif set(operator) <= set(";&|\n"):  # the end of a part
-            if part and part[0] not in READ_ONLY:
-                return f"`{part[0]}` is not a known read-only program"
-            if part and (not re.fullmatch(READ_ONLY[part[0]], "\0".join(part[1:]), re.S)
-                         or expands and READ_ONLY[part[0]] != ".*"):
-                return f"`{part[0]}` with these arguments may change files or run a program"
-            part, expands = [], False
-        else:  # a redirection or a subshell: harmless only when it names what HARMLESS_REDIRECTS allows
-            target = SHELL_TOKEN.match(text, at)
-            if not (target and target[2] and re.fullmatch(HARMLESS_REDIRECTS.get(operator, "(?!)"),
-                                                          shlex.split(target[2])[0])):
-                return f"`{operator}` writes to a file or runs a subshell"
-            at = target.end()
-    return None
+    """Why `command` is asked before it runs, or None when it is proved harmless (READ_ONLY, and no
+    word naming a path that is absolute, in an option, or with `..`). One pass that never goes
+    back over what it read: a 4 MB command is judged in a fraction of a second."""
+    proved = PROVED.match(command)
+    at = proved.end() if proved else 0
+    if proved and at == len(command):
+        return "it names a path outside the workspace (absolute, with .., or in an option)" if \
+            OUTSIDE.search(command) else None
+    step = NEXT.match(command, at)
+    if (step[1] or not proved) and step[2] and step[2] not in READ_ONLY:
+        return f"`{step[2]}` is not a known read-only program"
+    return (f"from character {at + 1} ({printable(command[at:], 20)}) it is not a read-only program's plain "
+            "words and simple quotes joined by |, && or ||")
 
 
-SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
-
-
-def shell_argv(ws: Workspace, command: str) -> list[str]:
-    """bash, inside bubblewrap when the workspace is sandboxed: the system folders read-only, the
-    workspace the one writable folder (its .env read-only, the agent's records hidden), a private
-    /tmp, no network, no other process visible, and `command_env` as its whole environment."""
-    if not ws.sandbox:
-        return ["bash", "-c", command]
-    root = ws.root.resolve()
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
-            "--tmpfs", "/tmp"]
-    for folder in filter(os.path.exists, SYSTEM_FOLDERS):
-        argv += ["--symlink", os.readlink(folder), folder] if os.path.islink(folder) else ["--ro-bind", folder, folder]
-    argv += ["--bind", str(root), str(root)]
-    if (root / ".env").is_file():
-        argv += ["--ro-bind", str(root / ".env"), str(root / ".env")]
-    for kept in ws.protected:
-        if root in kept.parents and kept.is_dir():
-            argv += ["--tmpfs", str(kept)]
-    return argv + ["--remount-ro", "/", "--chdir", str(root), "bash", "-c", command]
-
-
-def command_env(ws: Workspace, marker: str) -> dict[str, str]:
-    """A command's whole environment, built from nothing: never the API key or another setting.
-    `marker` finds every process the command starts (stop_all)."""
-    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
-            if p.startswith("/") and ws.root.resolve() != Path(p) and ws.root.resolve() not in Path(p).parents]
-    return {"PATH": os.pathsep.join(path), "LANG": os.environ.get("LANG", "C.UTF-8"), "TERM": "dumb",
-            "HOME": "/tmp" if ws.sandbox else os.environ.get("HOME", "/"), "TINY_AGENT_COMMAND": marker,
-            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.bareRepository", "GIT_CONFIG_VALUE_0": "explicit"}
+def question(command: str, why: str) -> str:
+    """What the user is asked: why, then the whole command, every character visible (a newline
+    starts a line; an escape sequence, a carriage return or an invisible character shows as its
+    escape), so what would run is what the user reads."""
+    lines = re.sub(r"[^\n\t -~]", lambda c: c[0] if c[0].isprintable() else repr(c[0])[1:-1], command)
+    return f"[tool] bash, not known to be harmless ({why}):\n" + "".join(f"  │ {line}\n" for line in
+                                                                          lines.split("\n")) + "run it?"
 
 
 def bash(ws: Workspace, command: str) -> str:
     """Run a shell command in the workspace: asked first unless it is known to be harmless, no
-    terminal input, its output bounded as it is read, and every process it started stopped at the
-    end or at the timeout."""
-    if "\0" in command:
-        raise ValueError("embedded null byte")
-    named = any(str(p.parent) in command for p in ws.protected)
-    if named or re.search(r"\.local/state/tiny-agent|XDG_STATE_HOME", command):
-        raise ToolError("the agent's own records (its session and archive) cannot be touched by a command")
-    why = None if command in ws.allowed else needs_asking(command)
-    answer = ws.approve(f"[tool] {printable(command, 200)} ({why}): run it?") if why else "y"
-    if answer == "a":
-        ws.allowed.add(command)
-    elif answer != "y":
-        raise ToolError(f"the user did not allow this command ({why}): {command}")
-    marker = os.urandom(8).hex()
-    proc = subprocess.Popen(shell_argv(ws, command), cwd=ws.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, env=command_env(ws, marker))
-    try:
-        head, tail, dropped, code = read_bounded(proc, ws.timeout, lambda: stop_all(proc, marker))
-    finally:
-        stop_all(proc, marker)
-        proc.stdout.close()
+    terminal input, an environment built from nothing, its output bounded as it is read, and every
+    process it started stopped when it returns or at the timeout."""
+    why = needs_asking(command)
+    if why and command not in ws.allowed:
+        answer = ws.approve(question(command, why))
+        if answer not in ("y", "a"):
+            raise ToolError(f"the user did not allow this command ({why})")
+        if answer == "a":
+            ws.allowed.add(command)
+    with ws.shell(command, writable=why is not None) as argv:
+        known = children()
+        proc = subprocess.Popen(argv, cwd=ws.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=command_env(ws))
+        try:
+            head, tail, dropped, code = read_bounded(proc, ws.timeout, lambda: stop_all(proc, known))
+        finally:
+            stop_all(proc, known)
+            proc.stdout.close()
     if code is None:
-        raise ToolError(f"the command ran longer than {ws.timeout:g} s and was stopped: {command}")
+        raise ToolError(f"the command ran longer than {ws.timeout:g} s and was stopped")
     return cap(f"exit code {code}\n".encode() + head, tail, dropped)
+
+
+def command_env(ws: Workspace) -> dict[str, str]:
+    """A command's whole environment, built from nothing: never the API key or another setting, and
+    a PATH without the workspace's folders, where a command could plant a program."""
+    path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if p.startswith("/") and ws.root.resolve() not in (Path(p), *Path(p).parents)]
+    return {"PATH": os.pathsep.join(path), "LANG": os.environ.get("LANG", "C.UTF-8"), "TERM": "dumb",
+            "HOME": os.environ.get("HOME", "/"), "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.bareRepository",
+            "GIT_CONFIG_VALUE_0": "explicit"}
 
 
 def read_bounded(proc: subprocess.Popen, timeout: float, stop: Callable[[], None], limit: int = OUTPUT_CAP):
@@ -483,145 +268,35 @@ def read_bounded(proc: subprocess.Popen, timeout: float, stop: Callable[[], None
     return head, tail, dropped, code
 
 
-def stop_all(proc: subprocess.Popen, marker: str) -> None:
-    """Stop the command and every process it started: its process group, and any process that left
-    the group (setsid, a double fork) but still carries the command's marker in its environment."""
+def children() -> set[int]:
+    """This process's children, once it is their subreaper (prctl(2) PR_SET_CHILD_SUBREAPER, 36): a
+    process a command started and left behind (setsid, a double fork, env -i) becomes a child of
+    ours, not init's, and stays one until stop_all stops it."""
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    found = set(map(int, Path(f"/proc/self/task/{os.getpid()}/children").read_text().split()))  # needs Linux 3.5+
+    for task in os.listdir("/proc/self/task"):  # an orphan is given to one of our threads
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            found.update(map(int, Path(f"/proc/self/task/{task}/children").read_text().split()))
+    return found
+
+
+def stop_all(proc: subprocess.Popen, known: set[int]) -> None:
+    """Stop the command and every process it started: its process group, then every child of ours
+    that was not one before it (the orphans its processes left), until a pass finds none."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    found = True
-    while found:  # until a pass finds none: one killed while the pass ran may have started another
-        found = False
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
-                if f"TINY_AGENT_COMMAND={marker}".encode() in f.read().split(b"\0"):
-                    os.kill(int(pid), signal.SIGKILL)
-                    found = True
     proc.wait()
+    while strays := children() - known:
+        for pid in strays:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
-def open_folder(ws: Workspace, parts: list[str], create: bool = False) -> int:
-    """The folder holding the path `parts`, opened name by name from the workspace root without
-    following a symbolic link, so a folder swapped for a link midway leads nowhere outside."""
-    fd = os.open(ws.root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for name in parts[:-1]:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, dir_fd=fd)
-            folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = folder
-        return fd
-    except OSError as error:
-        os.close(fd)
-        raise refusal("/".join(parts), error) from None
-
-
-def refusal(path: str, error: OSError) -> ToolError:
-    """What the model is told when a path cannot be opened, in its words."""
-    if error.errno in (errno.ELOOP, errno.ENOTDIR):
-        return ToolError(f"path {path!r} goes through a symbolic link (never followed) or a file")
-    return ToolError(f"no file at {path}" if error.errno == errno.ENOENT else f"{path}: {error.strerror}")
-
-
-def open_file(ws: Workspace, path: str) -> tuple[int, int]:
-    """(descriptor, size) of a regular file, opened without blocking (a FIFO never hangs) and
-    without following a symbolic link; anything else is refused before it is read."""
-    parts = ws.path(path)
-    folder = open_folder(ws, parts)
-    try:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=folder)
-    except OSError as error:
-        raise refusal(path, error) from None
-    finally:
-        os.close(folder)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise ToolError(f"{path} is not a regular file" + (" (a folder)" if stat.S_ISDIR(info.st_mode) else ""))
-    return fd, info.st_size
-
-
-def read_file(ws: Workspace, path: str) -> str:
-    """A text file's head and tail within the cap, read without reading the rest."""
-    fd, size = open_file(ws, path)
-    try:
-        half = OUTPUT_CAP // 2
-        head = os.pread(fd, OUTPUT_CAP if size <= OUTPUT_CAP else half, 0)
-        tail = os.pread(fd, half, size - half) if size > OUTPUT_CAP else b""
-    finally:
-        os.close(fd)
-    if b"\0" in head + tail:
-        return f"{path} is a binary file ({size:,} bytes); it is not shown"
-    return cap(head, tail, max(0, size - OUTPUT_CAP))
-
-
-def write_file(ws: Workspace, path: str, content: str) -> str:
-    data = content.encode("utf-8")  # fails here, on a lone surrogate, before the file is touched
-    replace_file(ws, path, data)
-    return f"wrote {len(content):,} chars to {path}"
-
-
-def replace_file(ws: Workspace, path: str, data: bytes) -> None:
-    """Write a temporary file beside the target and rename it over the target: never through a
-    hard link or into a FIFO or device, never half-written."""
-    parts = ws.path(path, writing=True)
-    folder = open_folder(ws, parts, create=True)
-    temporary = f".{parts[-1]}.{os.urandom(4).hex()}.tmp"
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            info = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode):
-                raise ToolError(f"{path} is not a regular file")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary, dir_fd=folder)
-        os.close(folder)
-
-
-EDIT_LIMIT = 5_000_000  # bytes: edit_file reads the whole file, so it refuses a larger one
-
-
-def whole_text(ws: Workspace, path: str, limit: int = EDIT_LIMIT) -> str:
-    """A file's whole text, strictly UTF-8 (never read_file's capped view), up to `limit` bytes."""
-    fd, size = open_file(ws, path)
-    try:
-        if size > limit:
-            raise ToolError(f"{path} is {size:,} bytes, too large to edit (at most {limit:,})")
-        return os.pread(fd, size, 0).decode("utf-8")
-    finally:
-        os.close(fd)
-
-
-def edit_file(ws: Workspace, path: str, old: str, new: str) -> str:
-    """Replace one exact occurrence, so an ambiguous edit is refused rather than guessed."""
-    text = whole_text(ws, path)
-    if text.count(old) != 1:
-        raise ToolError(f"`old` must occur exactly once in {path}; it occurs {text.count(old)} times")
-    replace_file(ws, path, text.replace(old, new).encode("utf-8"))
-    return f"edited {path}"
-
-
-def _schema(name: str, description: str, **params: str) -> dict:
-    properties = {p: {"type": "string", "description": d} for p, d in params.items()}
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
-        "type": "object", "properties": properties, "required": list(params)}}}
-
-
-TOOLS = {"bash": bash, "read_file": read_file, "write_file": write_file, "edit_file": edit_file}
-TOOL_SCHEMAS = [
-    _schema("bash", "Run a shell command in the workspace.", command="the command"),
-    _schema("read_file", "Read a text file.", path="path relative to the workspace"),
-    _schema("write_file", "Create or overwrite a file.", path="relative path", content="the full text"),
-    _schema("edit_file", "Replace one exact occurrence of `old` with `new`.", path="relative path",
-            old="text that occurs exactly once", new="replacement"),
-    _schema("compact", "Compact the conversation now, keeping what matters for `focus`.",
-            focus="what the summary must keep"),
-]
+TOOLS = {"bash": bash}  # name -> function(ws, **arguments); Layer 2 registers more
+TOOL_SCHEMAS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command in the workspace.",
+                 "parameters": {"type": "object", "properties": {"command": {"type": "string", "description":
+                                                                              "the command"}}, "required": ["command"]}}}]
 
 
 def run_tool(ws: Workspace, name: str, arguments: str) -> str:
@@ -631,146 +306,172 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
         if not isinstance(args, dict):
             raise ToolError("arguments must be a JSON object")
         if name not in TOOLS:
-            raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}, compact")
-        check_arguments(TOOLS[name], ws, args)
-        return TOOLS[name](ws, **args)
-    except json.JSONDecodeError as error:
+            raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}")
+        try:
+            inspect.signature(TOOLS[name]).bind(ws, **args)
+        except TypeError as error:
+            raise ToolError(f"wrong arguments for {name}: {error}") from None
+        if any(not isinstance(v, str) for v in args.values()):
+            raise ToolError(f"the arguments of {name} must be strings")
+        return safe_text(TOOLS[name](ws, **args))
+    except (json.JSONDecodeError, RecursionError) as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
     except (ToolError, OSError, ValueError) as error:  # ValueError: a NUL byte, bad UTF-8, a surrogate
         return f"error: {error}"
 
 
-def check_arguments(tool: Callable, ws: Workspace, args: dict) -> None:
-    """Refuse missing, unknown or non-string arguments before the tool runs."""
-    try:
-        inspect.signature(tool).bind(ws, **args)
-    except TypeError as error:
-        raise ToolError(f"wrong arguments for {tool.__name__}: {error}") from None
-    wrong = [k for k, v in args.items() if not isinstance(v, str)]
-    if wrong:
-        raise ToolError(f"arguments {', '.join(wrong)} of {tool.__name__} must be strings")
-
-
 # --- The model and one task (lesson 02) ------------------------------------------------------
-
-
-REPLY_LIMITS = (16_000_000, 64)  # characters of a reply, and how deep tool-call arguments may nest
-OPENAI_FIELDS = {"role", "content", "refusal", "annotations", "audio", "function_call", "tool_calls"}
-
-
-def read_reply(body) -> dict:
-    """The one reader at the edge: a reply, raw JSON text or parsed, becomes an assistant message
-    (the server's prompt count as `usage`) or a ServerReplyError naming what was sent."""
-    if isinstance(body, (str, bytes)) and len(body) > REPLY_LIMITS[0]:
-        raise ServerReplyError(f"a reply of {len(body):,} characters, over {REPLY_LIMITS[0]:,}")
-    try:
-        body = json.loads(body) if isinstance(body, (str, bytes)) else body
-    except (ValueError, RecursionError):
-        raise ServerReplyError(f"a reply that is not whole JSON: {shown(body)}") from None
-    choices = body.get("choices") if isinstance(body, dict) else None
-    message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
-    if not isinstance(message, dict):
-        raise ServerReplyError(f"a reply without a message: {shown(body)}")
-    counted = body["usage"].get("prompt_tokens") if isinstance(body.get("usage"), dict) else None
-    return {**assistant_message(message), "usage": counted if type(counted) is int else None}
-
-
-def assistant_message(message: dict) -> dict:
-    """The only shape the rest of the code knows: text, calls each with an id and JSON-string
-    arguments, and the string fields a server adds (reasoning_content) as it sent them."""
-    content = message.get("content")
-    if isinstance(content, list):  # content parts: their text
-        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    reply = {"role": "assistant", "content": safe_text(content) if isinstance(content, str) else ""}
-    reply.update({k: safe_text(v) for k, v in message.items() if isinstance(v, str) and v and k not in OPENAI_FIELDS})
-    calls = message.get("tool_calls") or []
-    calls = [calls] if isinstance(calls, dict) else calls  # one call sent as an object
-    if not isinstance(calls, list):
-        raise ServerReplyError(f"tool_calls that are not a list: {shown(calls)}")
-    ids: set[str] = set()
-    return {**reply, "tool_calls": [tool_call(c, ids) for c in calls]} if calls else reply
-
-
-def tool_call(call, ids: set[str]) -> dict:
-    """A name, arguments of any JSON type as a JSON string, nesting bounded, and an id made up here
-    when the server sent none or a used one: OpenAI refuses a null id, so every later request fails."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise ServerReplyError(f"a tool call without a function name: {shown(call)}")
-    arguments = function.get("arguments")
-    try:
-        value, depth = [json.loads(arguments) if isinstance(arguments, str) else arguments], 0
-        while value and depth <= REPLY_LIMITS[1]:  # one level at a time, no recursion
-            value, depth = [v for x in value if isinstance(x, (dict, list))
-                            for v in (x.values() if isinstance(x, dict) else x)], depth + 1
-    except ValueError:
-        depth = 0  # not JSON: the tool's result tells the model so
-    except RecursionError:
-        depth = REPLY_LIMITS[1] + 1
-    if depth > REPLY_LIMITS[1]:
-        raise ServerReplyError(f"tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
-    given = call.get("id")
-    given = given if isinstance(given, str) and given and given not in ids else f"call_{os.urandom(6).hex()}"
-    ids.add(given)
-    arguments = arguments if isinstance(arguments, str) else json.dumps({} if arguments is None else arguments)
-    return {"id": given, "type": "function",
-            "function": {"name": safe_text(function["name"]), "arguments": safe_text(arguments)}}
-
-
-def shown(sent) -> str:
-    """What a server sent, in one short line (nesting shown only a few levels deep)."""
-    return printable(sent if isinstance(sent, str) else reprlib.repr(sent), 120)
-
-
-def openai_model(client, model: str, prepare: Callable = list, **request) -> Callable[[list[dict], list[dict]], dict]:
-    """A model is any function (messages, tools) -> assistant message; this one asks a server and
-    reads its raw reply with read_reply. `prepare` turns the history into what is sent; `request`
-    adds options such as max_tokens."""
-    def call(messages: list[dict], tools: list[dict]) -> dict:
-        def create():
-            return client.chat.completions.with_raw_response.create(model=model, messages=prepare(messages), **(
-                {"tools": tools, "tool_choice": "auto"} if tools else {}), **request).http_response.text
-        try:
-            return read_reply(create())
-        except Exception as error:  # OpenAI's reasoning models refuse max_tokens: the other name from now on
-            if getattr(error, "status_code", 0) != 400 or "max_completion_tokens" not in str(error) or \
-                    "max_tokens" not in request:
-                raise
-            request["max_completion_tokens"] = request.pop("max_tokens")
-            return read_reply(create())
-    return call
 
 
 class ServerReplyError(Exception):
     """A reply (or a saved message) that is not a chat completion's; its text names what was sent."""
 
 
+def reply_body(text: str) -> dict:
+    """A chat completion's raw JSON holding a message, or a ServerReplyError naming what was sent
+    (cut JSON, an HTML page, anything else): the one reader at the edge."""
+    try:
+        body = json.loads(text)
+        if isinstance(body["choices"][0]["message"], dict):
+            return body
+    except (ValueError, RecursionError, LookupError, TypeError):
+        pass
+    raise ServerReplyError(f"a reply that is not a chat completion: {printable(text, 120)}")
+
+
+def assistant_message(message: dict) -> dict:
+    """The only shape the rest of the code knows: text, and calls each with an id (made up when
+    none came: OpenAI refuses a null one), a name and arguments as a JSON string."""
+    try:
+        calls = [{"id": c["id"] if isinstance(c.get("id"), str) and c["id"] else f"call_{os.urandom(6).hex()}",
+                  "type": "function", "function": {
+            "name": safe_text(c["function"]["name"]), "arguments": safe_text(c["function"].get("arguments") or "{}")}}
+            for c in message.get("tool_calls") or []]
+    except (AttributeError, LookupError, TypeError):
+        raise ServerReplyError(f"tool calls that are not named functions: {printable(message, 120)}") from None
+    content = message.get("content")
+    reply = {"role": "assistant", "content": safe_text(content) if isinstance(content, str) else ""}
+    return {**reply, "tool_calls": calls} if calls else reply
+
+
+def read_reply(text: str) -> dict:
+    """A raw reply as the assistant message it holds."""
+    return assistant_message(reply_body(text)["choices"][0]["message"])
+
+
+def openai_model(client, model: str, read: Callable = read_reply, **request) -> Callable:
+    """A model is any function (messages, tools) -> assistant message; this one asks a server and
+    reads its raw reply with `read`; `request` adds options such as max_tokens."""
+    def call(messages: list[dict], tools: list[dict]) -> dict:
+        return read(client.chat.completions.with_raw_response.create(
+            model=model, messages=messages, tools=tools, tool_choice="auto", **request).http_response.text)
+    return call
+
+
+class ConfigError(Exception):
+    """Something the user can fix in .env or on the command line; printed as one line."""
+
+
+HERE = Path(__file__).resolve().parent
+
+
+def env_file() -> Path | None:
+    """The .env to read: the current folder's, else the one beside the agent."""
+    return next((p for p in (Path.cwd() / ".env", HERE / ".env") if p.is_file()), None)
+
+
+def load_env(found: Path | None) -> Path | None:
+    """Load `found` (the .env env_file named) with python-dotenv, as the README's set-up says."""
+    from dotenv import load_dotenv
+    try:
+        found and load_dotenv(found, encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{found} is not UTF-8 text; save it as UTF-8") from None
+    return found
+
+
+def trouble(error: Exception, where: str) -> str:
+    """One line that says what went wrong with the server at `where`, and what to change."""
+    import openai
+    if isinstance(error, openai.APIConnectionError):
+        return f"cannot reach {where} ({first_line(error.__cause__ or error, 80)}): start it or fix OPENAI_BASE_URL"
+    if isinstance(error, openai.APIStatusError):
+        return f"the server answered HTTP {error.status_code}: {body_line(error)}"
+    return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}"
+
+
+def body_line(error: Exception) -> str:
+    """The first line of text an error's body holds: its message, or an HTML page's words."""
+    text = re.sub(r"^Error code: \d+( - )?", "", str(error)) or str(getattr(error, "body", None) or "")
+    lines = re.sub(r"(?is)<(script|style|head)\b.*?</\1>|<[^>]+>", "\n", text).splitlines()
+    return printable(next((line for line in lines if line.strip()), text), 200)
+
+
+def first_line(error: Exception, width: int = 160) -> str:
+    text = " ".join(str(error).split())
+    return text[:width] + ("…" if len(text) > width else "")
+
+
+def fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """A wrong option is one line that says what to do, not five lines of usage."""
+        self.exit(2, f"error: {message} (see python tiny_agent.py --help)\n")
+
+
+def parser(task: str) -> Parser:
+    """The command line: the task, which `task` describes; Layer 2 adds its options."""
+    p = Parser(description="A tiny agent whose context is compacted on every iteration.")
+    p.add_argument("task", nargs="?", help=task)
+    return p
+
+
 def one_task(argv: list[str] | None = None) -> int:
-    """The tutorial's agent on its own: one task, in this folder, against the server that
-    OPENAI_BASE_URL and OPENAI_API_KEY name. A fork of Layer 1 ends with `sys.exit(one_task())`;
-    the whole agent starts at `main` (Layer 2)."""
-    task = " ".join(sys.argv[1:] if argv is None else argv) or "Say what the files in this folder are for."
-    session = Session([{"role": "system", "content": SYSTEM_PROMPT}], tutorial_compaction())
-    model = openai_model(make_client(), os.environ.get("MODEL") or "gpt-4o-mini")
-    print(CONTROL.sub("", run(session, task, model, Workspace(Path(".")))))
+    """The tutorial's agent on its own: one task, in this folder, against the server that .env (or
+    the environment) names. A fork of Layer 1 ends with `sys.exit(one_task())`; the whole agent
+    starts at `main` (Layer 2). Whatever the server does ends in one line."""
+    import openai
+    task = parser("the task (default: say what the files in this folder are for)").parse_args(argv).task
+    try:
+        if read := load_env(env_file()):
+            print(f"[settings] read {read}")
+        session = Session([{"role": "system", "content": SYSTEM_PROMPT}], tutorial_compaction())
+        model = openai_model(make_client(), os.environ.get("MODEL") or "gpt-4o-mini")
+        answer = run(session, task or "Say what the files in this folder are for.", model, Workspace(Path(".")))
+    except ConfigError as error:
+        return fail(f"configuration: {error}")
+    except (openai.OpenAIError, ServerReplyError) as error:
+        return fail(trouble(error, os.environ.get("OPENAI_BASE_URL") or "api.openai.com"))
+    except KeyboardInterrupt:
+        return fail("interrupted")
+    print(CONTROL.sub("", answer))
     return 0
 
 
 # ════════════════════════════════════════════════════════════════════════════════════════════
-# Layer 2 · Real servers: what is sent, refusals, settings, the REPL, sessions, the demo
+# Layer 2 · Real servers: tools, the sandbox, refusals, settings, sessions, the REPL, the demo
 # ════════════════════════════════════════════════════════════════════════════════════════════
 
-import argparse  # noqa: E402  each layer's imports stand at its start, so Layer 1 reads alone
+import errno  # noqa: E402  each layer's imports stand at its start, so Layer 1 reads alone
 import fcntl  # noqa: E402
 import functools  # noqa: E402
 import hashlib  # noqa: E402
 import importlib  # noqa: E402
+import reprlib  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 from dataclasses import asdict, fields, replace  # noqa: E402
 
 from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError,  # noqa: E402
                      check_messages, compaction_stats, content_text, estimate_tokens, is_summary, model_configured,
-                     request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text)
+                     request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text,
+                     find_cut, pair_tool_results)
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -818,23 +519,69 @@ def one_call_at_a_time(messages: list[dict]) -> list[dict]:
     return out
 
 
-def recall(ws: Workspace, query: str) -> str:
-    """The recall tool: search the archive of compacted turns, or read one by its number (#12)."""
-    if ws.archive is None:
-        raise ToolError("nothing is archived in this run")
-    return ws.archive.read(int(query[1:])) if re.fullmatch(r"#\d+", query) else ws.archive.search(query)
+REPLY_LIMITS = (16_000_000, 64)  # characters of a reply, and how deep tool-call arguments may nest
+OPENAI_FIELDS = {"role", "content", "refusal", "annotations", "audio", "function_call", "tool_calls"}
 
 
-TOOLS["recall"] = recall
-TOOL_SCHEMAS.append(_schema("recall", "Search the archive of compacted turns; pass a number like #12 to read one.",
-                            query="words to find, or #N"))
-# The schemas go with every request, rendered by the server's template. Counted as their JSON: on
-# llama.cpp's function-calling template a first request was estimated within 3% (tests/live).
-SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
+def read_whole_reply(text: str) -> dict:
+    """Layer 1's reader (reply_body, assistant_message) for every shape a real server sends: a reply
+    bounded in size, content parts as text, one call sent as an object, arguments of any JSON type,
+    an id missing or used twice; then the string fields a server adds (reasoning_content) as it sent
+    them, arguments nested at most REPLY_LIMITS[1] deep, and the server's count of the prompt as `usage`."""
+    if len(text) > REPLY_LIMITS[0]:
+        raise ServerReplyError(f"a reply of {len(text):,} characters, over {REPLY_LIMITS[0]:,}")
+    body = reply_body(text)
+    message = body["choices"][0]["message"]
+    content, calls = message.get("content"), message.get("tool_calls") or []
+    if isinstance(content, list):  # content parts: their text
+        content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    if not isinstance(calls, (list, dict)):
+        raise ServerReplyError(f"tool_calls that are not a list: {shown(calls)}")
+    ids: set = set()
+    reply = assistant_message({"content": content, "tool_calls": [widened(c, ids) for c in (
+        [calls] if isinstance(calls, dict) else calls)]})
+    reply.update({k: safe_text(v) for k, v in message.items() if isinstance(v, str) and v and k not in OPENAI_FIELDS})
+    if any(nesting(c["function"]["arguments"]) > REPLY_LIMITS[1] for c in reply.get("tool_calls", [])):
+        raise ServerReplyError(f"tool-call arguments nested deeper than {REPLY_LIMITS[1]} levels")
+    counted = body["usage"].get("prompt_tokens") if isinstance(body.get("usage"), dict) else None
+    return {**reply, "usage": counted if type(counted) is int else None}
+
+
+def widened(call, ids: set) -> dict:
+    """A call as Layer 1 reads it: arguments of any JSON type as a JSON string, and no id (so one is
+    made up) when the server sent one already used."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return call  # assistant_message says what is wrong with it
+    given, arguments = call.get("id"), function.get("arguments")
+    fresh = isinstance(given, str) and given not in ids
+    ids.add(given)
+    return {**call, "id": given if fresh else None, "function": {**function, "arguments": arguments if isinstance(
+        arguments, str) else json.dumps({} if arguments is None else arguments)}}
+
+
+def nesting(arguments: str) -> int:
+    """How deep a call's arguments nest, counted one level at a time (no recursion), up to just past
+    the limit; arguments that are not JSON count 0 (the tool's result tells the model)."""
+    try:
+        value, depth = [json.loads(arguments)], 0
+    except ValueError:
+        return 0
+    except RecursionError:
+        return REPLY_LIMITS[1] + 1
+    while value and depth <= REPLY_LIMITS[1]:
+        value, depth = [v for x in value if isinstance(x, (dict, list))
+                        for v in (x.values() if isinstance(x, dict) else x)], depth + 1
+    return depth
+
+
+def shown(sent) -> str:
+    """What a server sent, in one short line (nesting shown only a few levels deep)."""
+    return printable(sent if isinstance(sent, str) else reprlib.repr(sent), 120)
+
+
 # A refusal that no retry can change: it is not sent again.
 PERMANENT = re.compile(r"requires --jinja|tools param requires|does not support tools", re.I)
-
-
 RETRY_BOUND = 60  # seconds: the longest wait a server's Retry-After gets before one more try
 
 
@@ -873,12 +620,24 @@ def asked_wait(error: Exception) -> float:
 
 
 def server_model(config: Config, log=print) -> Callable:
-    """The model for a real server: the normalised request, max_tokens as the budget reserved, the
-    seconds while it thinks, and one line when the server's count shows the tools were dropped."""
-    model = retried_once(openai_model(make_client(config.timeout, max_retries=0), config.model,
-                                      prepare=lambda m: outgoing(m, config.send_reasoning),
-                                      max_tokens=config.reserved_output), log)
+    """The model for a real server: the history normalised (outgoing), every reply read whole,
+    max_tokens as the budget reserved (max_completion_tokens from the first time a server asks for
+    it, as OpenAI's reasoning models do), a passing failure sent once more, the seconds while it
+    thinks, and one line when the server's count shows the tools were dropped."""
+    import openai
+    client, request = make_client(config.timeout, max_retries=0), {"max_tokens": config.reserved_output}
     warned: list[bool] = []  # the dropped-tools line is said once a session
+
+    def ask(messages: list[dict], tools: list[dict]) -> dict:
+        try:
+            return openai_model(client, config.model, read_whole_reply, **request)(
+                outgoing(messages, config.send_reasoning), tools)
+        except openai.BadRequestError as error:
+            if "max_completion_tokens" not in str(error) or "max_tokens" not in request:
+                raise
+            request["max_completion_tokens"] = request.pop("max_tokens")
+            return ask(messages, tools)
+    model = retried_once(ask, log)
 
     def call(messages: list[dict], tools: list[dict]) -> dict:
         with waiting():
@@ -904,27 +663,335 @@ def tools_dropped(messages: list[dict], reply: dict) -> bool:
             and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
+@contextmanager
+def waiting(stream=None, label: str = "thinking"):
+    """Elapsed seconds on the terminal while the model thinks or a summary is made; nothing when
+    output is not a terminal."""
+    stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
+    done, start = threading.Event(), time.monotonic()
+
+    def tick():
+        while not done.wait(1.0):
+            stream.write(f"\r[{label}] {time.monotonic() - start:.0f} s ")
+            stream.flush()
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        stream.write("\r" + " " * 24 + "\r")
+
+
+# --- Tools: the file tools, recall and compact, and bash inside the sandbox (lesson 02) ------
+
+
+def records_root() -> Path:
+    """Where the records of every workspace live (sessions, archives): $XDG_STATE_HOME/tiny-agent, or
+    ~/.local/state/tiny-agent when it is unset or relative (the XDG spec says to ignore a relative one)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tiny-agent"
+
+
+RECORDS = "is the agent's own records (sessions and archives): no tool touches them"
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
+
+
+@dataclass
+class AgentWorkspace(Workspace):
+    """The workspace as the whole agent uses it: bash inside bubblewrap when it is installed, and
+    the archive the recall tool reads."""
+
+    sandbox: bool = field(default_factory=lambda: shutil.which("bwrap") is not None)
+    archive: Archive | None = None  # every message a compaction took out, for the recall tool
+
+    @contextmanager
+    def shell(self, command: str, writable: bool):
+        """bash inside bubblewrap when sandboxed: the system folders read-only; the workspace read-only
+        too unless the user allowed the command (so a mistake of the checker cannot write), and its
+        .env read-only then, whether or not it exists; the records of every workspace out of sight; a
+        /tmp of its own, no network, no other process, and command_env as the whole environment."""
+        with super().shell(command, writable) as argv:
+            if not self.sandbox:
+                yield argv
+                return
+            root, records = self.root.resolve(), records_root().resolve()
+            env, made = root / ".env", writable and not os.path.lexists(root / ".env")
+            box = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev",
+                   "--tmpfs", "/tmp", "--setenv", "HOME", "/tmp"]
+            for folder in filter(os.path.exists, SYSTEM_FOLDERS):
+                box += ["--symlink", os.readlink(folder), folder] if os.path.islink(folder) else ["--ro-bind", folder, folder]
+            workspace = ["--bind" if writable else "--ro-bind", str(root), str(root)]
+            workspace += ["--ro-bind", "/dev/null" if made else str(env), str(env)] if writable else []
+            hidden = ["--tmpfs", str(records)] if records.exists() or root in records.parents else []
+            if hidden:
+                records.mkdir(mode=0o700, parents=True, exist_ok=True)
+            box += workspace + hidden if root in records.parents else hidden + workspace
+            try:
+                yield box + ["--remount-ro", "/", "--chdir", str(root), *argv]
+            finally:  # bubblewrap made an empty .env to cover: it goes
+                if made and os.path.isfile(env) and os.path.getsize(env) == 0:
+                    os.unlink(env)
+
+
+def tool_path(ws: Workspace, relative: str, writing: bool = False) -> list[str]:
+    """The folders and the name of a path the model gave, `..` resolved by name: refused when
+    absolute, outside, in the agent's records, or (for writing) .env or inside .git."""
+    if not isinstance(relative, str) or not relative or relative.startswith("/"):
+        raise ToolError(f"path {relative!r} must be relative to the workspace")
+    parts: list[str] = []
+    for name in relative.split("/"):
+        if name == "..":
+            if not parts:
+                raise ToolError(f"path {relative!r} leads outside the workspace")
+            parts.pop()
+        elif name not in ("", "."):
+            parts.append(name)
+    if not parts:
+        raise ToolError(f"path {relative!r} is the workspace folder itself, not a file")
+    target, records = ws.root.resolve().joinpath(*parts), records_root().resolve()
+    if records == target or records in target.parents:
+        raise ToolError(f"path {relative!r} {RECORDS}")
+    if writing and (parts[-1] == ".env" or ".git" in parts):
+        raise ToolError(f"path {relative!r} is the user's settings (.env, .git): only the user changes them")
+    return parts
+
+
+def open_folder(ws: Workspace, parts: list[str], create: bool = False) -> int:
+    """The folder holding the path `parts`, opened name by name from the workspace root without
+    following a symbolic link, so a folder swapped for a link midway leads nowhere outside."""
+    fd = os.open(ws.root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in parts[:-1]:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, dir_fd=fd)
+            folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = folder
+        return fd
+    except OSError as error:
+        os.close(fd)
+        raise refusal("/".join(parts), error) from None
+
+
+def refusal(path: str, error: OSError) -> ToolError:
+    """What the model is told when a path cannot be opened, in its words."""
+    if error.errno in (errno.ELOOP, errno.ENOTDIR):
+        return ToolError(f"path {path!r} goes through a symbolic link (never followed) or a file")
+    return ToolError(f"no file at {path}" if error.errno == errno.ENOENT else f"{path}: {error.strerror}")
+
+
+def open_file(ws: Workspace, path: str) -> tuple[int, int]:
+    """(descriptor, size) of a regular file, opened without blocking (a FIFO never hangs) and
+    without following a symbolic link; anything else, and a hard link to a record, is refused
+    before it is read."""
+    parts = tool_path(ws, path)
+    folder = open_folder(ws, parts)
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW, dir_fd=folder)
+    except OSError as error:
+        raise refusal(path, error) from None
+    finally:
+        os.close(folder)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ToolError(f"{path} is not a regular file" + (" (a folder)" if stat.S_ISDIR(info.st_mode) else ""))
+    if info.st_nlink > 1 and is_record(info):
+        os.close(fd)
+        raise ToolError(f"{path} {RECORDS} (a hard link to one)")
+    return fd, info.st_size
+
+
+def is_record(info: os.stat_result) -> bool:
+    """Whether a file with more than one name is one of the agent's records (a hard link to it)."""
+    return any(os.stat(os.path.join(folder, name), follow_symlinks=False)[1:3] == info[1:3]
+               for folder, _, names in os.walk(records_root()) for name in names)
+
+
+def read_file(ws: Workspace, path: str) -> str:
+    """A text file's head and tail within the cap, read without reading the rest."""
+    fd, size = open_file(ws, path)
+    try:
+        half = OUTPUT_CAP // 2
+        head = os.pread(fd, OUTPUT_CAP if size <= OUTPUT_CAP else half, 0)
+        tail = os.pread(fd, half, size - half) if size > OUTPUT_CAP else b""
+    finally:
+        os.close(fd)
+    if b"\0" in head + tail:
+        return f"{path} is a binary file ({size:,} bytes); it is not shown"
+    return cap(head, tail, max(0, size - OUTPUT_CAP))
+
+
+def write_file(ws: Workspace, path: str, content: str) -> str:
+    data = content.encode("utf-8")  # fails here, on a lone surrogate, before the file is touched
+    replace_file(ws, path, data)
+    return f"wrote {len(content):,} chars to {path}"
+
+
+def replace_file(ws: Workspace, path: str, data: bytes) -> None:
+    """Write a temporary file beside the target and rename it over the target: never through a
+    hard link or into a FIFO or device, never half-written."""
+    parts = tool_path(ws, path, writing=True)
+    folder = open_folder(ws, parts, create=True)
+    temporary = f".{parts[-1]}.{os.urandom(4).hex()}.tmp"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            info = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"{path} is not a regular file")
+            if info.st_nlink > 1 and is_record(info):
+                raise ToolError(f"{path} {RECORDS} (a hard link to one)")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=folder)
+        os.close(folder)
+
+
+EDIT_LIMIT = 5_000_000  # bytes: edit_file reads the whole file, so it refuses a larger one
+
+
+def whole_text(ws: Workspace, path: str, limit: int = EDIT_LIMIT) -> str:
+    """A file's whole text, strictly UTF-8 (never read_file's capped view), up to `limit` bytes."""
+    fd, size = open_file(ws, path)
+    try:
+        if size > limit:
+            raise ToolError(f"{path} is {size:,} bytes, too large to edit (at most {limit:,})")
+        return os.pread(fd, size, 0).decode("utf-8")
+    finally:
+        os.close(fd)
+
+
+def edit_file(ws: Workspace, path: str, old: str, new: str) -> str:
+    """Replace one exact occurrence, so an ambiguous edit is refused rather than guessed."""
+    text = whole_text(ws, path)
+    if text.count(old) != 1:
+        raise ToolError(f"`old` must occur exactly once in {path}; it occurs {text.count(old)} times")
+    replace_file(ws, path, text.replace(old, new).encode("utf-8"))
+    return f"edited {path}"
+
+
+def recall(ws: Workspace, query: str) -> str:
+    """The recall tool: search the archive of compacted turns, or read one by its number (#12)."""
+    archive = getattr(ws, "archive", None)  # a Layer 1 workspace has none
+    if archive is None:
+        raise ToolError("nothing is archived in this run")
+    return archive.read(int(query[1:])) if re.fullmatch(r"#\d+", query) else archive.search(query)
+
+
+COMPACTING = "compacting now"  # the compact tool's result until the compaction that follows answers it
+
+
+def compact_call(ws: Workspace, focus: str) -> str:
+    """The compact tool (lesson 11): the compaction the loop calls next compacts at once, with this
+    focus, and answers the call with what it did (Strategy)."""
+    return COMPACTING
+
+
+def _schema(name: str, description: str, **params: str) -> dict:
+    properties = {p: {"type": "string", "description": d} for p, d in params.items()}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": list(params)}}}
+
+
+TOOLS.update(read_file=read_file, write_file=write_file, edit_file=edit_file, compact=compact_call, recall=recall)
+TOOL_SCHEMAS.extend([
+    _schema("read_file", "Read a text file.", path="path relative to the workspace"),
+    _schema("write_file", "Create or overwrite a file.", path="relative path", content="the full text"),
+    _schema("edit_file", "Replace one exact occurrence of `old` with `new`.", path="relative path",
+            old="text that occurs exactly once", new="replacement"),
+    _schema("compact", "Compact the conversation now, keeping what matters for `focus`.",
+            focus="what the summary must keep"),
+    _schema("recall", "Search the archive of compacted turns; pass a number like #12 to read one.",
+            query="words to find, or #N")])
+# The schemas go with every request, rendered by the server's template. Counted as their JSON: on
+# llama.cpp's function-calling template a first request was estimated within 3% (tests/live).
+SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
+
+
 # --- Strategies: the one place that maps --strategy to a compaction (lessons 02-03) ----------
 
 STRATEGIES = tuple(POLICIES)  # every policy of the one engine, none (no compaction) and the sawtooth first
 
 
+@dataclass
+class Strategy:
+    """The compaction the loop calls, for every --strategy: compact.Compactor with its policy (whose
+    steps admit a large new tool result, lesson 14). A `compact` call is answered (lesson 11); one
+    line says what changed. It keeps what the agent learns of the requests: the server's count of
+    the last, each one's size."""
+
+    name: str
+    compactor: Compactor
+    archive: Archive | None = None  # every message that leaves the context, for recall
+    usage: tuple[list[dict], int] | None = None  # the last request as sent, and the server's count of it
+    sent: list[tuple[int, int]] = field(default_factory=list)  # (messages, tokens the server counted) a request
+    compactions: int = 0  # times it changed the history
+    seen: set[str] = field(default_factory=set)  # the compact calls it has answered
+
+    @property
+    def state(self) -> CompactState:
+        return self.compactor.state
+
+    def __call__(self, messages: list[dict], focus=None, level: int = 0, log=print) -> list[dict]:
+        """The messages to send: `messages` itself when nothing changed (the loop's contract). A
+        `compact` call among the newest results is answered here: compact now, with its focus."""
+        start = find_cut(messages, 1, 0)  # the newest group: a call the model made since the last request
+        asked = next((call for call in pair_tool_results(messages[start:]).values()
+                      if call["function"]["name"] == "compact" and call["id"] not in self.seen), None)
+        if asked:
+            self.seen.add(asked["id"])
+            focus, level = requested_focus(asked["function"]["arguments"]), max(level, 1)
+        with waiting(label="compacting"):
+            after = self.compactor.compact(messages, focus=focus, level=level, usage=self.usage)
+        compacted = after is not messages
+        if compacted:
+            self.compactions += 1
+            log(f"[compact] {len(messages)} → {len(after)} messages{describe_compaction(self, messages, after)}")
+        if asked:
+            done = (f"compacted {len(messages)} → {len(after)} messages, keeping what matters for: "
+                    f"{focus or 'the task'}" if compacted else f"nothing to compact yet: {nothing_to_compact(after)}")
+            after = [{**m, "content": done} if m.get("tool_call_id") == asked["id"] else m for m in after]
+        return after
+
+
+def requested_focus(arguments: str) -> str:
+    """The `focus` of a compact call; malformed arguments just mean no focus."""
+    try:
+        args = json.loads(arguments or "{}")
+    except (ValueError, RecursionError):
+        return ""
+    return str(args.get("focus", "")) if isinstance(args, dict) else ""
+
+
+def nothing_to_compact(messages: list[dict]) -> str:
+    """Why a forced compaction changed nothing, in words."""
+    n = len(messages) - (1 if messages and messages[0].get("role") == "system" else 0)
+    return (f"the history is {n} message{'s' * (n != 1)} after the system prompt, and the newest turn is always "
+            "kept whole")
+
+
 def make_compaction(config: Config, summarize: Callable | None = None, archive: Archive | None = None,
-                    ws: Workspace | None = None) -> Compaction:
-    """compact.Compactor with the policy --strategy names (the sawtooth by default), which the loop
-    calls directly: the window, the reply's reserve and the tool schemas as its budget, the recent
-    files it re-attaches read from the workspace, and a large new tool output admitted as the policy
-    says. `summarize` None: the model if configured, else the extractive summary."""
+                    ws: Workspace | None = None) -> Strategy:
+    """compact.Compactor with the policy --strategy names (the sawtooth by default): the window, the
+    reply's reserve and the tool schemas as its budget, and the recent files it re-attaches read
+    from the workspace. `summarize` None: the model if configured, else the extractive summary."""
     compactor = Compactor(context_window=config.context_window, reserved_output=config.reserved_output,
                           policy=config.strategy, fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
                           reattach=functools.partial(current_text, ws) if ws else None,
                           precise_tools=config.precise_tools,  # --threshold and --keep-recent where the policy has them
                           **{name: getattr(config, name) for name in ("threshold", "keep_recent")
                              if name in POLICIES[config.strategy]})
-    return Compaction(config.strategy, compactor.compact, refused=compactor.refused,
-                      describe=functools.partial(describe_compaction, compactor),
-                      state=compactor.state, archive=archive, guard=compactor.guard,
-                      meter=functools.partial(trigger_meter, compactor))
+    return Strategy(config.strategy, compactor, archive)
 
 
 def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
@@ -945,21 +1012,86 @@ def trigger_meter(compactor: Compactor, messages: list[dict]) -> tuple[int, int,
     return trigger, estimate_tokens(pins_text(compactor.state.pinned, 10**9)), compactor.trigger
 
 
-def describe_compaction(compactor: Compactor, before: list[dict], after: list[dict], usage) -> str:
+def describe_compaction(strategy: Strategy, before: list[dict], after: list[dict]) -> str:
     """The rest of the [compact] line: the request's size before and after; the ladder's steps."""
-    counted = "counted by the server, plus new messages" if usage else "estimated"
-    line = (f", request ~{request_tokens(before, usage, SCHEMA_TOKENS):,} tokens ({counted}) → "
+    counted = "counted by the server, plus new messages" if strategy.usage else "estimated"
+    line = (f", request ~{request_tokens(before, strategy.usage, SCHEMA_TOKENS):,} tokens ({counted}) → "
             f"~{request_tokens(after, None, SCHEMA_TOKENS):,} estimated")
-    for name, was, now, _ in compactor.report:
+    for name, was, now, _ in strategy.compactor.report:
         line += f"\n          {name:<11} " + (f"{was - now:>+8,} tokens removed" if was > now else "nothing to do")
     return line
 
 
+# --- The loop as the whole agent runs it: refusals, the server's count, Ctrl-C (lesson 03) ---
+
+
+def run_agent(session: Session, task: str, model: Callable, ws: Workspace, log=print) -> str:
+    """Layer 1's loop with the model `served`, and a history still valid for the next question
+    after Ctrl-C or the limit of model calls."""
+    try:
+        answer = run(session, task, served(session, model, log), ws, log)
+    except KeyboardInterrupt:
+        answer_open_calls(session.messages)
+        raise
+    if answer == stopped(session.max_iterations):
+        close_turn(session.messages, answer)
+        log(f"[limit] {answer}: --max-iterations raises the limit")
+    return answer
+
+
+def served(session: Session, model: Callable, log=print) -> Callable:
+    """The model as Layer 2's loop calls it: when the server refuses the request as too long, the
+    history is compacted one level harder each time and a refused request is never sent again; the
+    server's count of each request (`usage`) is taken out of the reply and kept as the truth about
+    its size (pi-mono and Claude Code do the same)."""
+    def call(messages: list[dict], tools: list[dict]) -> dict:
+        refused, level, strategy = set(), 0, session.compaction
+        while True:
+            try:
+                reply = dict(model(session.messages, tools))
+                break
+            except Exception as error:
+                counted = strategy.compactor.refused(error)  # the server's count (0: none given), or None:
+                # not a "too long" refusal
+                if counted is None:
+                    raise
+                refused.add(json.dumps(session.messages, sort_keys=True, default=str))
+                log(f"[compact] the server refused the request as too long ({' '.join(str(error).split())[:160]})")
+                if counted:  # the truth about this request's size calibrates what comes next
+                    strategy.usage = (list(session.messages), counted)
+            while json.dumps(session.messages, sort_keys=True, default=str) in refused:
+                level += 1  # the compaction raises once it has no harder level left
+                compact_now(session, level=level, log=log)
+        counted = reply.pop("usage", None)
+        strategy.usage = (list(session.messages), counted) if isinstance(counted, int) and counted > 0 else None
+        strategy.sent.append((len(session.messages), counted if strategy.usage else 0))
+        return reply
+    return call
+
+
+INTERRUPTED = "[interrupted by the user before this call finished]"
+
+
+def answer_open_calls(messages: list[dict]) -> None:
+    """After an interruption, every call of the last assistant message gets a result: the ones not
+    run say so."""
+    i = find_cut(messages, 1, 0)  # the newest group: the assistant message and the results it has
+    if not messages or messages[i].get("role") != "assistant":
+        return
+    answered = {m.get("tool_call_id") for m in messages[i + 1:]}
+    messages += [{"role": "tool", "tool_call_id": c["id"], "content": INTERRUPTED}
+                 for c in messages[i].get("tool_calls") or [] if c["id"] not in answered]
+    close_turn(messages, "[interrupted by the user]")
+
+
+def close_turn(messages: list[dict], note: str) -> None:
+    """A turn that stopped after tool results ends with an assistant note, so the next question
+    does not follow a tool result: Gemma's and Mistral's templates refuse two user turns in a row."""
+    if messages and messages[-1].get("role") == "tool":
+        messages.append({"role": "assistant", "content": note})
+
+
 # --- Configuration: from the environment, which python-dotenv fills from .env ----------------
-
-
-class ConfigError(Exception):
-    """Something the user can fix in .env or on the command line; printed as one line."""
 
 
 @dataclass(frozen=True)
@@ -1041,37 +1173,27 @@ def check_base_url(url: str) -> None:
                           "(for example http://localhost:11434/v1 for Ollama)")
 
 
-def load_env(path: Path | None = None) -> Path | None:
-    """Load .env with python-dotenv, from the current folder, else from the agent's own folder;
-    a line it cannot parse is refused instead of skipped. Returns the file read."""
-    from dotenv import load_dotenv
+def strict_env() -> Path | None:
+    """Layer 1's load_env, with a line python-dotenv cannot parse refused in one line instead of
+    skipped with a warning. Returns the file read."""
     from dotenv.parser import parse_stream
-    found = path or next((p for p in (Path.cwd() / ".env", HERE / ".env") if p.is_file()), None)
-    if found is None or not found.is_file():
-        return None
-    try:
-        with open(found, encoding="utf-8") as stream:
-            bindings = list(parse_stream(stream))
-    except UnicodeDecodeError:
-        raise ConfigError(f"{found} is not UTF-8 text; save it as UTF-8") from None
-    for binding in bindings:
-        if binding.error:
-            raise ConfigError(f"{found}:{binding.original.line}: cannot read "
-                              f"{binding.original.string.strip()!r}; write it as KEY=value")
-    load_dotenv(found, encoding="utf-8")
-    return found
+    found = env_file()
+    with open(found or os.devnull, encoding="utf-8", errors="replace") as stream:  # load_env refuses bad UTF-8
+        wrong = [b.original for b in parse_stream(stream) if b.error]
+    if wrong:
+        raise ConfigError(f"{found}:{wrong[0].line}: cannot read {wrong[0].string.strip()!r}; write it as KEY=value")
+    return load_env(found)
 
 
 # --- Sessions: the agent's records live outside the workspace, saved after every turn --------
 
 
 def records_folder(ws_root: Path, label: str = "") -> Path:
-    """Where the session file and the archive of one workspace live: under $XDG_STATE_HOME (or
-    ~/.local/state), outside the workspace, where bash and the file tools cannot reach them."""
+    """Where the session file and the archive of one workspace live: in records_root(), which no
+    tool touches and no sandboxed command sees."""
     root = ws_root.resolve()
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "tiny-agent"
     key = hashlib.sha256(str(root).encode()).hexdigest()[:10]
-    folder = base / "-".join(filter(None, [root.name or "root", key, label]))
+    folder = records_root() / "-".join(filter(None, [root.name or "root", key, label]))
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder
 
@@ -1199,6 +1321,14 @@ HELP = """/help                 this list
 COMMANDS = ("/help", "/context", "/compact", "/strategy", "/exit", "/quit")
 
 
+def tolerant_stdin() -> None:
+    """Bytes typed that are not UTF-8 arrive as lone surrogates (safe_text turns them into U+FFFD)
+    instead of a UnicodeDecodeError inside input(). Set once: a pipe's buffered stream refuses to
+    change after its first read."""
+    if hasattr(sys.stdin, "reconfigure") and sys.stdin.errors != "surrogateescape":
+        sys.stdin.reconfigure(errors="surrogateescape")
+
+
 def read_line(prompt: str) -> str | None:
     """One line from the terminal, with line editing and history where Python has readline, so a
     paste of any length arrives whole; bytes that are not UTF-8 become U+FFFD. None on Ctrl-D."""
@@ -1260,7 +1390,7 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
     import openai
     size = len(session.messages)
     try:
-        print(f"agent> {CONTROL.sub('', run(session, question, model, ws)) or EMPTY}")
+        print(f"agent> {CONTROL.sub('', run_agent(session, question, model, ws)) or EMPTY}")
     except KeyboardInterrupt:  # the question stays, marked, so the next one is not merged into it
         if session.messages[-1].get("role") == "user":
             session.messages.append({"role": "assistant", "content": "[interrupted by the user before an answer]"})
@@ -1286,10 +1416,8 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
     elif name == "/compact" and session.compaction.name == "none":
         print("[compact] --strategy none never compacts: /strategy sawtooth (or another) to compact")
     elif name == "/compact":
-        before = session.messages
         try:
-            compact_now(session, focus=rest.strip() or None, level=1)
-            if session.messages is before:
+            if not compact_now(session, focus=rest.strip() or None, level=1):
                 print(f"[compact] nothing to compact yet: {nothing_to_compact(session.messages)}")
         except KeyboardInterrupt:
             print("\n[interrupted] the compaction was stopped; the history is as it was")
@@ -1297,7 +1425,8 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
             print(f"error: {error}")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
         config, old = replace(config, strategy=rest.strip()), session.compaction
-        session.compaction = make_compaction(config, archive=old.archive, ws=ws)
+        session.compaction = replace(make_compaction(config, archive=old.archive, ws=ws), usage=old.usage,
+                                     sent=old.sent, compactions=old.compactions, seen=old.seen)
         for kept in ("compactions", "tokens_saved", "failures", "last_error", "window"):  # the statistics go on
             setattr(session.compaction.state, kept, getattr(old.state, kept))
         print(f"[strategy] {config.strategy} from now on")
@@ -1322,14 +1451,14 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         kind = ("system prompt" if i < system_head(session.messages) else "summary" if is_summary(m)
                 else "tool results" if m.get("role") == "tool" else "other messages")
         kinds[kind] += estimate_tokens([m]) - 3
-    trigger, pins, rule = c.meter(session.messages) if c.meter else (config.context_window, 0, 0.0)
+    trigger, pins, rule = trigger_meter(c.compactor, session.messages)
     kinds["summary"] -= min(pins, kinds["summary"])
     kinds["pinned constraints"] = pins
     window, total = config.context_window, sum(kinds.values())
     share = trigger / window
     counted = ""
-    if session.usage:
-        seen, n = session.usage
+    if c.usage:
+        seen, n = c.usage
         current = len(seen) <= len(session.messages) and all(a is b for a, b in zip(seen, session.messages))
         counted = f"; the server counted {n:,} for the last request" + ("" if current else ", before a compaction")
     lines = [f"[context] ~{total:,} of {window:,} tokens ({total / window:.0%}); trigger at {share:.0%}" + (
@@ -1338,22 +1467,16 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
     lines.append(f"  {'':<19} {'':>8}  {'·' * mark}▲ trigger{' ' * max(0, width - mark - 10)}| window")
-    return "\n".join(lines + ["[stats] " + compaction_stats(c.state, c.guard)])
+    return "\n".join(lines + ["[stats] " + compaction_stats(c.state, c.compactor.guard)])
 
 
 # --- The command line: the offline demo, one task, or a REPL ---------------------------------
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        """A wrong option is one line that says what to do, not five lines of usage."""
-        self.exit(2, f"error: {message} (see python tiny_agent.py --help)\n")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line; every option falls back to .env and then to the defaults in Config."""
-    p = Parser(description="A tiny agent whose context is compacted on every iteration.")
-    p.add_argument("task", nargs="?", help="one task to run; without it, a REPL (or the demo with no model)")
+    """Layer 1's command line with the whole agent's options; each falls back to .env and then to
+    the defaults in Config."""
+    p = parser("one task to run; without it, a REPL (or the demo with no model)")
     p.add_argument("--strategy", choices=list(STRATEGIES), metavar="NAME",
                    help=f"how to compact: {', '.join(STRATEGIES)} (default: sawtooth)")
     p.add_argument("--preset", dest="strategy", choices=list(STRATEGIES), metavar="NAME",
@@ -1378,7 +1501,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args([safe_text(a) for a in (sys.argv[1:] if argv is None else argv)])
     config = None
     try:
-        if read := load_env():
+        if read := strict_env():
             print(f"[settings] read {read}")
         workspace = Path(args.workspace)
         if not workspace.is_dir():
@@ -1390,8 +1513,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo or not model_configured():
             return demo(args, config)
         folder = records_folder(workspace)
-        ws = Workspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal, protected=(folder,),
-                       timeout=config.bash_timeout)
+        ws = AgentWorkspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal,
+                            timeout=config.bash_timeout)
         path, saved = start_records(folder, args.resume)
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
@@ -1405,7 +1528,7 @@ def main(argv: list[str] | None = None) -> int:
         model = server_model(config)
         if args.task:
             try:  # saved before every request, and at the end whatever the end: an answer, an error, Ctrl-C
-                answer = run(session, args.task, saving(model, session, config, path), ws)
+                answer = run_agent(session, args.task, saving(model, session, config, path), ws)
             finally:
                 save_session(session, config, path)
             finish(session, answer)
@@ -1433,19 +1556,20 @@ def saving(model: Callable, session: Session, config: Config, path: Path) -> Cal
 
 def shell_mode(ws: Workspace) -> str:
     if ws.sandbox:
-        return "bash runs inside bubblewrap: only the workspace is writable, no network"
+        return "bash runs inside bubblewrap: the workspace is writable only by commands you allow, no network"
     return "bash is NOT confined (install bubblewrap to confine it); commands not known to be read-only are asked about"
 
 
 def diagnose(error: Exception, config: Config) -> str:
-    """One line that says what went wrong with the server, and what to change."""
+    """Layer 1's one line (trouble), told apart further: a timeout, a refused or dropped connection,
+    a key refused, a template without tools, a wrong path or model, a limit, a URL without /v1."""
     import openai
     where, root = config.base_url or "api.openai.com", api_root(config.base_url or "api.openai.com")
     if isinstance(error, openai.APITimeoutError):
         return (f"the server at {where} did not answer in {config.timeout:g} s, twice (REQUEST_TIMEOUT sets "
                 "the wait)")
     if isinstance(error, openai.APIConnectionError):
-        return connection_trouble(error, where)
+        return connection_trouble(error, where) or trouble(error, where)
     if isinstance(error, openai.AuthenticationError):
         return "the server refused the API key: set OPENAI_API_KEY in .env"
     if isinstance(error, openai.APIStatusError) and PERMANENT.search(str(error)):
@@ -1460,12 +1584,10 @@ def diagnose(error: Exception, config: Config) -> str:
         wait = asked_wait(error)
         return (f"the server limits requests (HTTP 429{f', it asks to wait {wait:g} s' if wait else ''}): "
                 f"{body_line(error)}; ask again later")
-    if isinstance(error, openai.APIStatusError):
-        return f"the server answered HTTP {error.status_code}: {body_line(error)}"
     if isinstance(error, ServerReplyError):
         hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({root})"
-        return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}{hint}"
-    return first_line(error, 300)
+        return trouble(error, where) + hint
+    return trouble(error, where) if isinstance(error, openai.OpenAIError) else first_line(error, 300)
 
 
 def api_root(url: str) -> str:
@@ -1473,7 +1595,7 @@ def api_root(url: str) -> str:
     return re.sub(r"(/v1)?(/chat/completions)?/*$", "", url) + "/v1"
 
 
-def connection_trouble(error: Exception, where: str) -> str:
+def connection_trouble(error: Exception, where: str) -> str | None:
     """Refused, dropped, or https to a plain-HTTP server, told apart by what the connection raised."""
     import ssl
     causes = [error]
@@ -1486,31 +1608,11 @@ def connection_trouble(error: Exception, where: str) -> str:
     if any(type(e).__name__ in ("RemoteProtocolError", "ReadError") for e in causes):
         return (f"the server at {where} dropped the connection before its reply was whole, twice: see the server's "
                 "log (did it crash or restart?), then ask again")
-    return f"cannot reach {where} ({first_line(causes[-1], 80)}): start the server or fix OPENAI_BASE_URL in .env"
-
-
-def body_line(error: Exception) -> str:
-    """The first line of text an error's body holds: its message, or an HTML page's words."""
-    body = getattr(error, "body", None)
-    text = re.sub(r"^Error code: \d+( - )?", "", str(error)) or (body if isinstance(body, str) else
-                                                                 json.dumps(body, default=str))
-    lines = re.sub(r"(?is)<(script|style|head)\b.*?</\1>|<[^>]+>", "\n", text).splitlines()
-    return printable(next((line for line in lines if line.strip()), text), 200)
-
-
-def first_line(error: Exception, width: int = 160) -> str:
-    text = " ".join(str(error).split())
-    return text[:width] + ("…" if len(text) > width else "")
-
-
-def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 1
+    return None
 
 
 # --- The offline demo: a deterministic stand-in for a model, on a copy of this project -------
 
-HERE = Path(__file__).resolve().parent
 DEMO_TASK = "Survey this project's Python files: lines, functions, longest function, TODOs. Write REPORT.md."
 DEMO_WINDOW, DEMO_ITERATIONS = 40_000, 100
 
@@ -1567,7 +1669,7 @@ class DemoModel:
         if self.stage == "read" and self.queue:
             path = self.queue.pop(0)
             return self.call(f"Reading {path} ({len(self.notes)} files surveyed so far).",
-                             ("count", path, "bash", {"command": f"wc -l < {path}; grep -n 'def \\|TODO' {path}"}),
+                             ("count", path, "bash", {"command": f"wc -l {path} && grep -n 'def \\|TODO' {path}"}),
                              ("read", path, "read_file", {"path": path}))
         if self.stage == "read":
             self.stage = "check"
@@ -1602,8 +1704,8 @@ class DemoModel:
 
 
 def survey(text: str) -> dict:
-    """Lines, functions, the longest function and TODOs of a file, from `wc -l; grep -n` output."""
-    numbers = re.findall(r"^(\d+)\s*$", text, re.M)
+    """Lines, functions, the longest function and TODOs of a file, from `wc -l && grep -n` output."""
+    numbers = re.findall(r"^(\d+) \S", text, re.M)
     lines = int(numbers[0]) if numbers else 0
     starts = [(int(n), name) for n, name in re.findall(r"^(\d+):\s*def (\w+)", text, re.M)]
     ends = [n for n, _ in starts[1:]] + [lines + 1]
@@ -1651,7 +1753,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
         run_demo(config)
         return 0
     with demo_copy() as folder:
-        ws = Workspace(folder)
+        ws = AgentWorkspace(folder)
         records = records_folder(HERE, label="demo")
         path, saved = start_records(records, args.resume)
         if saved and not args.strategy:
@@ -1674,10 +1776,10 @@ def run_demo(config: Config, log=print) -> Session:
         else "[demo] --demo: running the offline demo, not the configured model.")
     log(DEMO_SAYS)
     with demo_copy() as folder:
-        ws = Workspace(folder)
+        ws = AgentWorkspace(folder)
         log(f"[shell] {shell_mode(ws)}")
         session = new_session(config, summarize_extractive, archive_dir=folder / ".archive", ws=ws)
-        answer = run(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
+        answer = run_agent(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
         report = folder / "REPORT.md"
         log("\n" + (report.read_text(encoding="utf-8") if report.exists() else "(no REPORT.md was written)"))
     log("[demo] the copy and its REPORT.md were temporary and are deleted; the table above is the report.")
@@ -1687,12 +1789,13 @@ def run_demo(config: Config, log=print) -> Session:
 
 def finish(session: Session, answer: str, log=print) -> None:
     log(f"[answer] {CONTROL.sub('', answer) or EMPTY}\n")
-    if session.compactions:  # the chart shows the teeth; without a compaction there are none
-        log(sawtooth_chart(session.sent))
-    n = len(session.sent)
-    log(f"[done] {n} request{'s' * (n != 1)}, {session.compactions} compaction{'s' * (session.compactions != 1)}, "
-        f"at most {max((m for m, _ in session.sent), default=0)} messages and "
-        f"~{max((t for _, t in session.sent), default=0):,} tokens sent at once ({session.compaction.name}).")
+    c = session.compaction
+    if c.compactions:  # the chart shows the teeth; without a compaction there are none
+        log(sawtooth_chart(c.sent))
+    n = len(c.sent)
+    log(f"[done] {n} request{'s' * (n != 1)}, {c.compactions} compaction{'s' * (c.compactions != 1)}, "
+        f"at most {max((m for m, _ in c.sent), default=0)} messages and "
+        f"~{max((t for _, t in c.sent), default=0):,} tokens sent at once ({c.name}).")
 
 
 def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:

@@ -5,7 +5,7 @@ The problem: every iteration of the agent loop appends the model's reply and one
 call, then sends the WHOLE list again. Nothing ever leaves. Sooner or later the request is longer
 than the model's context window and the server refuses it with HTTP 400.
 
-How it works: the real loop (tiny_agent.run) with strategy "none", the offline DemoModel and real
+How it works: the real loop (tiny_agent.run_agent) with strategy "none", the offline DemoModel and real
 tools on a temporary folder of small Python files:
 
     iteration 1:  [system, task]                              ─► model
@@ -15,15 +15,15 @@ tools on a temporary folder of small Python files:
 Every request re-sends all earlier ones, so if each iteration adds about k tokens, request n
 holds about n·k tokens, and the n requests together cost k·n²/2: quadratic in the iterations.
 A request is the messages and the tool schemas, which go with every one of them. When the server
-refuses, ask() asks the compaction for one level harder before each retry (levels 1, 2, 3) and
+refuses, served() asks the compaction for one level harder before each retry (levels 1, 2, 3) and
 never re-sends a refused request; strategy "none" cannot compact, so at level 1 the loop ends
 with ContextOverflowError.
 
 What changed: nothing yet. This is the starting point, the loop with no compaction at all.
 Try it: raise WINDOW to 12_000 and the loop finishes; add names to show.SHOP_FILES and it hits the wall again.
-Explains tiny_agent.py Layer 1 ("The loop"): run, ask; Layer 2 ("Strategies"): make_compaction
-(strategy none); ("The offline demo"): DemoModel, ContextLengthExceeded; compact.py Part II
-("Refusals the engine reads"): is_context_overflow.
+Explains tiny_agent.py Layer 1 ("The loop"): run; Layer 2 ("The loop as the whole agent runs it"):
+run_agent, served; ("Strategies"): make_compaction (strategy none); ("The offline demo"): DemoModel,
+ContextLengthExceeded; compact.py Part II ("Refusals the engine reads"): is_context_overflow.
 Run: python lessons/01_the_wall.py
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import show
 from compact import ContextOverflowError, estimate_tokens, is_context_overflow
-from tiny_agent import DEMO_TASK, Config, ContextLengthExceeded, DemoModel, Workspace, new_session, run
+from tiny_agent import DEMO_TASK, AgentWorkspace, Config, ContextLengthExceeded, DemoModel, new_session, run_agent
 
 WINDOW = 4_000  # tokens the demo model accepts, like a (very small) real model
 
@@ -64,8 +64,8 @@ def main() -> None:
         show.make_project(Path(folder))
         session = new_session(Config(strategy="none"))
         try:
-            run(session, DEMO_TASK, recording(DemoModel(window=WINDOW), sent, refused), Workspace(Path(folder)),
-                log=lambda line: None)
+            run_agent(session, DEMO_TASK, recording(DemoModel(window=WINDOW), sent, refused),
+                      AgentWorkspace(Path(folder)), log=lambda line: None)
             print("[answer] the loop finished before it hit the wall: lower WINDOW to see it")
         except ContextOverflowError as error:
             stopped = error
@@ -74,7 +74,7 @@ def main() -> None:
         refused_at, error = refused[0]
         show.banner("The server refuses the request")
         print(f"[error] {error}")
-        print(f"[error] is_context_overflow(error) = {is_context_overflow(error)}: the loop's ask() compacts "
+        print(f"[error] is_context_overflow(error) = {is_context_overflow(error)}: served() compacts "
               "harder and retries")
         print("[error] an OpenAI server sends this body with HTTP 400:")
         body = {"error": {"message": f"This model's maximum context length is {WINDOW} tokens. However, "
@@ -83,7 +83,7 @@ def main() -> None:
                           "type": "invalid_request_error", "param": "messages",
                           "code": "context_length_exceeded"}}
         print(textwrap.indent(json.dumps(body, indent=2), "        "))
-        print("[stop] before each retry ask() asks the compaction for one level harder (1, 2, then 3), and it never")
+        print("[stop] before each retry served() asks the compaction for one level harder (1, 2, then 3), and it never")
         print("[stop] re-sends a refused request; strategy none cannot compact, so level 2 raised ContextOverflowError:")
         print(textwrap.fill(str(stopped), 96, initial_indent="    ", subsequent_indent="    "))
         print(f"[stop] request {refused_at} was refused; requests sent after it: {len(sent) - refused_at}")

@@ -19,8 +19,8 @@ JSON. summary_message(summary) puts the answer in a USER message labelled as ref
 At the next compaction that summary is part of the middle, so it rolls forward.
 
 This lesson imports only Part I of compact.py and Layer 1 of tiny_agent.py, so a fork that stops
-there runs it. The model is a stand-in written here (a script that reads files with the real
-tools), and with no model configured so is the summarizer: a few lines that list what the middle
+there runs it. The model is a stand-in written here (a script that reads files with the agent's one
+tool, bash), and with no model configured so is the summarizer: a few lines that list what the middle
 did. The loop calls tiny_agent.tutorial_compaction(ABOVE, KEEP, summarizer), the agent's own entry.
 
 What changed since lesson 01: strategy "none" became the tutorial's sawtooth: the loop compacts
@@ -29,8 +29,8 @@ Try it: KEEP = 8 keeps exactly 8 (len - 8 is an assistant message, nothing to wa
 compacts every 2 turns; set OPENAI_API_KEY (or OPENAI_BASE_URL) and compact.summarize writes the
 summaries.
 Explains compact.py Part I ("The tutorial's sawtooth"): THRESHOLD, KEEP_RECENT, find_cut,
-summary_message, summarize, compact_messages; tiny_agent.py Layer 1 ("The loop", "The compaction the
-loop calls", "Tools"): run, compact_now, Session, Compaction, tutorial_compaction, Workspace.
+summary_message, summarize, compact_messages; tiny_agent.py Layer 1 ("The loop", "bash"): run,
+compact_now, Session, tutorial_compaction, Workspace.
 Run: python lessons/02_sawtooth.py
 """
 
@@ -80,8 +80,8 @@ def stand_in_summary(middle: list[dict]) -> str:
             files += text.split("- Files read: ")[-1].split("\n")[0].split(", ")
         elif m["role"] == "user":
             task = text
-        files += [json.loads(c["function"]["arguments"])["path"] for c in m.get("tool_calls") or []
-                  if c["function"]["name"] == "read_file"]
+        files += [json.loads(c["function"]["arguments"])["command"][4:] for c in m.get("tool_calls") or []
+                  if json.loads(c["function"]["arguments"])["command"].startswith("cat ")]
     return f"- Task: {task}\n- Files read: {', '.join(files)}\n- Progress: {len(files)} files looked at so far."
 
 
@@ -103,20 +103,21 @@ def call(call_id: str, name: str, **arguments) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
-def stand_in_model():
+def stand_in_model(counts: list[int]):
     """THE LESSON'S STAND-IN for a language model: a script, not a model. Each turn it looks at one
     file with three calls at once, as models often do; then it answers from what it can still see:
-    the summary and the recent messages."""
+    the summary and the recent messages. It counts the messages of each request it is sent."""
     queue = [f"{name}.py" for name in FILES]
 
     def model(messages: list[dict], tools: list[dict]) -> dict:
+        counts.append(len(messages))
         if queue:
             path, n = queue.pop(0), len(FILES) - len(queue)
             return {"role": "assistant", "content": f"Looking at {path}.", "tool_calls": [
                 call(f"call_{n}a", "bash", command=f"wc -l {path}"), call(f"call_{n}b", "bash", command=f"grep -c TODO {path}"),
-                call(f"call_{n}c", "read_file", path=path)]}
+                call(f"call_{n}c", "bash", command=f"cat {path}")]}
         summary = next((m["content"] for m in messages if m["content"].startswith(SUMMARY_TAG)), "")
-        recent = {json.loads(c["function"]["arguments"]).get("path") for m in messages for c in m.get("tool_calls") or []}
+        recent = {json.loads(c["function"]["arguments"])["command"][4:] for m in messages for c in m.get("tool_calls") or []}
         named = [f for f in FILES if f"{f}.py" in summary]
         seen = [f for f in FILES if f in named or f"{f}.py" in recent]
         return {"role": "assistant", "content": f"[stand-in] I looked at {len(seen)} of the {len(FILES)} files: "
@@ -149,12 +150,17 @@ def main() -> None:
     print("[stand-in] The model is a fixed Python script, not a language model; the loop and the tools are real.")
     summaries: list[tuple[list[dict], str]] = []
     befores: list[list[dict]] = []
+    compactions: list[str] = []
     compaction = tutorial_compaction(ABOVE, KEEP, summarizer(summaries))  # the agent's entry, the lesson's summarizer
-    compact = compaction.compact
-    compaction.compact = lambda messages, **kw: (befores.append(messages), compact(messages, **kw))[1]
+    counts: list[int] = []  # the messages of each request
+
+    def watched(messages: list[dict], **options) -> list[dict]:  # what the loop calls, each input kept to show
+        befores.append(messages)
+        return compaction(messages, **options)
 
     def log(line: str) -> None:  # the loop's other lines are its tool calls
         if line.startswith("[compact]"):
+            compactions.append(line)
             before = befores[-1]
             naive, cut = len(before) - KEEP, find_cut(before, KEEP, head=1)
             role = before[naive]["role"]
@@ -163,8 +169,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="lesson02-") as folder:
         make_project(Path(folder))
-        session = Session([{"role": "system", "content": SYSTEM_PROMPT}], compaction)
-        answer = run(session, TASK, stand_in_model(), Workspace(Path(folder)), log=log)
+        session = Session([{"role": "system", "content": SYSTEM_PROMPT}], watched)
+        answer = run(session, TASK, stand_in_model(counts), Workspace(Path(folder)), log=log)
     print(f"[answer] {answer}")
 
     banner("2. The cut walks back over tool results")
@@ -198,14 +204,13 @@ def main() -> None:
     print("[label] user, not system: old notes must not become rules; the label says they are reference material.")
 
     banner("4. The sawtooth, and the tutorial's names")
-    counts = [n for n, _ in session.sent]
     print(f"[chart] messages sent with each of the {len(counts)} requests (never above {ABOVE}: at {ABOVE + 4} the loop "
           "compacts first):")
     print(chart(counts))
     print(f"      messages: {' '.join(map(str, counts))}")
     for ts, py in NAMES:
         print(f"[names] {ts} → {py}")
-    print(f"[lesson 02] done: {len(counts)} requests, {session.compactions} compactions, at most {max(counts)} messages "
+    print(f"[lesson 02] done: {len(counts)} requests, {len(compactions)} compactions, at most {max(counts)} messages "
           f"sent (threshold {ABOVE}, keep_recent {KEEP}); {answer.removeprefix('[stand-in] ')}")
 
 

@@ -4,7 +4,7 @@ which of it may go.
 
 The problem: a thinking model (DeepSeek, Qwen, models served by vLLM) returns its chain of thought
 in `reasoning_content` (or `reasoning`) beside the answer, and it is often longer than the answer
-and the tool calls together. The loop keeps it (tiny_agent.assistant_message) and message_tokens
+and the tool calls together. The loop keeps it (tiny_agent.read_whole_reply) and message_tokens
 counts it. Can the compactor drop it like an old tool result? The server says which part may go.
 DeepSeek's thinking-mode guide, for the messages between two user messages:
 
@@ -32,8 +32,8 @@ What changed since lesson 05: masking dropped old tool results; this rung drops 
 Try it: give turn 2 a tool call (TOOLS_IN_TURN_2 = True) and run check() again.
 Explains compact.py Part II ("Messages as servers send them"): REASONING_FIELDS, reasoning_text;
 ("Tokens"): message_tokens; ("The first step"): reasoning, drop_old_reasoning; ("The summarizer that
-reads in pieces"): transcript_lines, REASONING_MARK; tiny_agent.py Layer 1 ("The model and one
-task"): assistant_message; Layer 2 ("Requests"): outgoing.
+reads in pieces"): transcript_lines, REASONING_MARK; tiny_agent.py Layer 2 ("Requests"):
+read_whole_reply, outgoing.
 Run: python lessons/05b_thinking_models.py
 """
 

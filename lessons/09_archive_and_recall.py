@@ -20,11 +20,10 @@ sets ws.archive, the one the recall tool reads.
 What changed since lesson 08: cutting is now reversible; nothing that leaves is lost.
 Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
-Explains compact.py Part II ("How the engine ends: the archive"): Archive, mask_secrets, SECRET_TOKEN, SECRET_VALUE;
-  ("The engine"): Compactor.archived, Compactor(policy="layered",
-  archive=...); tiny_agent.py Layer 1 ("Tools"):
-  Workspace(archive=...), run_tool; Layer 2 ("Requests"): recall; ("Sessions"):
-  new_session(archive_dir=...).
+Explains compact.py Part II ("How the engine ends: the archive"): Archive, mask_secrets, SECRET_TOKEN,
+  SECRET_VALUE; ("The engine"): Compactor.archived, Compactor(policy="layered", archive=...);
+  tiny_agent.py Layer 1 ("bash"): run_tool; Layer 2 ("Tools"): AgentWorkspace(archive=...), recall;
+  ("Sessions"): new_session(archive_dir=...).
 Run: python lessons/09_archive_and_recall.py
 """
 
@@ -88,7 +87,7 @@ def main():
               f"{'yes' if error in back else 'NO (it was cut out)'}")
 
         show.banner("4. The same through the recall tool, as the model calls it")
-        ws = tiny_agent.Workspace(Path(folder), archive=archive)  # the archive the recall tool reads
+        ws = tiny_agent.AgentWorkspace(Path(folder), archive=archive)  # the archive the recall tool reads
         for arguments in (json.dumps({"query": query}), json.dumps({"query": f"#{n}"})):
             answer = tiny_agent.run_tool(ws, "recall", arguments)
             print(f"[recall] {arguments} → {len(answer):,} chars: {' '.join(answer.split())[:80]}…")
@@ -97,10 +96,10 @@ def main():
         show.make_project(Path(folder))
         config = tiny_agent.Config(strategy="sawtooth", threshold=16, keep_recent=4)
         session = tiny_agent.new_session(config, archive_dir=Path(folder) / "sawtooth", ws=ws)
-        tiny_agent.run(session, tiny_agent.DEMO_TASK, tiny_agent.DemoModel(window=4_000), ws, log=lambda line: None)
+        tiny_agent.run_agent(session, tiny_agent.DEMO_TASK, tiny_agent.DemoModel(window=4_000), ws, log=lambda line: None)
         kept = session.compaction.archive
         records = kept.records()
-        print(f"[sawtooth] {session.compactions} compactions; {len(records)} messages archived in "
+        print(f"[sawtooth] {session.compaction.compactions} compactions; {len(records)} messages archived in "
               f"{kept.path.parent.name}/{kept.path.name[:8]}…; the recall tool reads it: {ws.archive is kept}")
         first = kept.search("def load_cart", width=60).split("\n")[0]
         print(f"[sawtooth] recall 'def load_cart' → {' '.join(first.split())}")

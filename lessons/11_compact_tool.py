@@ -5,11 +5,12 @@ The problem: the compactor only sees token counts. The model knows when a phase 
 ("I have read the sources; now the tests") and what the next phase needs. Without a way to say
 so, it waits for the window to fill and gets a summary aimed at nothing in particular.
 
-How it works: `compact` is one more tool in TOOL_SCHEMAS. When the model calls it, run_calls
-runs the other calls of that message first, then a forced compaction with the model's `focus`,
-and the call's result says what it did:
+How it works: `compact` is one more tool in TOOL_SCHEMAS (Layer 2 registers it). The loop runs
+every call of that message; then the compaction it calls next (Strategy) sees the compact call
+among the new results, compacts at once with the model's `focus`, and answers the call with what
+it did:
 
-    model ──► compact {"focus": "..."} ──► run_calls: compact_now(session, focus=..., level=1)
+    model ──► compact {"focus": "..."} ──► compact_now(session): Strategy(messages, level=1, focus=...)
                                               ├─► summarizer(what leaves, focus="...")
                                               └─► result "compacted 16 → 11 messages, keeping what matters for: …"
 
@@ -23,9 +24,9 @@ tools and the compactor are the real code. The summarizer is wrapped to print th
 
 What changed since lesson 10: the focus no longer has to be guessed from the last user message.
 Try it: change FOCUS; delete the second compact step and compare the final summary.
-Explains tiny_agent.py Layer 1 ("The loop"): run_calls (the `compact` branch), requested_focus,
-compact_now; ("Tools"): TOOL_SCHEMAS; compact.py Part II ("Tokens, as the server counts them"): Budget; ("The engine"):
-  Compactor.compact(level=1), Pass.
+Explains tiny_agent.py Layer 1 ("The loop"): compact_now; ("bash"): TOOL_SCHEMAS; Layer 2 ("Tools"):
+compact_call; ("Strategies"): Strategy (the compact call), requested_focus; compact.py Part II
+("Tokens, as the server counts them"): Budget; ("The engine"): Compactor.compact(level=1), Pass.
 Run: python lessons/11_compact_tool.py
 """
 
@@ -95,8 +96,8 @@ def main():
                       f"so only the model's call compacts; {cheap}, then the summary:")
             for step in steps:
                 print(step)
-        answer = tiny_agent.run(session, "Why does the login test fail?", scripted_model(),
-                                tiny_agent.Workspace(Path(folder)), log=log)
+        answer = tiny_agent.run_agent(session, "Why does the login test fail?", scripted_model(),
+                                      tiny_agent.AgentWorkspace(Path(folder)), log=log)
     show.banner("2. What the model sees afterwards")
     show.show(session.messages)
     summary = next(m for m in session.messages if is_summary(m))
@@ -106,7 +107,7 @@ def main():
         print(f"[focus] {line[:90]}")
     print(f"[answer] {answer}")
     asked = [FIRST_FOCUS, FOCUS]
-    print(f"\n[lesson 11] done: {session.compactions} compactions asked for by the model; "
+    print(f"\n[lesson 11] done: {session.compaction.compactions} compactions asked for by the model; "
           f"{sum(f in foci_received for f in asked)} of {len(asked)} foci reached the summarizer")
 
 

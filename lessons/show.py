@@ -17,10 +17,10 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compact import content_text, estimate_tokens, message_tokens  # noqa: E402
-from tiny_agent import ConfigError, load_env  # noqa: E402
+from tiny_agent import ConfigError, strict_env  # noqa: E402
 
 try:  # a lesson uses the model set in .env, like tiny_agent.py does
-    load_env()
+    strict_env()
 except ConfigError as error:
     sys.exit(f"error: configuration: {error}")
 

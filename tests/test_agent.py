@@ -12,7 +12,7 @@ import compact
 import tiny_agent
 from conftest import chat_response
 from compact import is_context_overflow
-from tiny_agent import (OUTPUT_CAP, TOOL_SCHEMAS, Config, ContextLengthExceeded, DemoModel, Workspace,
+from tiny_agent import (OUTPUT_CAP, TOOL_SCHEMAS, Config, ContextLengthExceeded, DemoModel, AgentWorkspace,
                         new_session, openai_model, repl, run_tool, sawtooth_chart)
 
 
@@ -23,7 +23,7 @@ def state(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def ws(tmp_path) -> Workspace:
+def ws(tmp_path) -> AgentWorkspace:
     """A workspace with two files, that fails the test if it is asked to approve anything."""
     root = tmp_path / "ws"
     root.mkdir()
@@ -32,14 +32,14 @@ def ws(tmp_path) -> Workspace:
 
     def approve(command):
         raise AssertionError(f"asked to approve {command!r}")
-    return Workspace(root, approve=approve)
+    return AgentWorkspace(root, approve=approve)
 
 
 def files(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def tool(ws: Workspace, name: str, **args) -> str:
+def tool(ws: AgentWorkspace, name: str, **args) -> str:
     return run_tool(ws, name, json.dumps(args))
 
 
@@ -47,7 +47,8 @@ def test_file_tools_write_read_and_edit_inside_the_workspace(ws):
     assert tool(ws, "write_file", path="src/new.py", content="VALUE = 1\n") == "wrote 10 chars to src/new.py"
     assert tool(ws, "edit_file", path="src/new.py", old="VALUE = 1", new="VALUE = 2") == "edited src/new.py"
     assert tool(ws, "read_file", path="src/new.py") == "VALUE = 2\n"
-    assert tool(ws, "bash", command="cat notes.txt; exit 3") == "exit code 3\nalpha beta\n"
+    assert tool(ws, "bash", command="cat notes.txt") == "exit code 0\nalpha beta\n"
+    assert tool(ws, "bash", command="grep -c gamma notes.txt") == "exit code 1\n0\n"
 
 
 @pytest.mark.parametrize("name, arguments, expected", [
@@ -56,14 +57,14 @@ def test_file_tools_write_read_and_edit_inside_the_workspace(ws):
     ("edit_file", '{"path": "twice.txt", "old": "y = 1", "new": "x = 2"}', "occurs 0 times"),
     ("read_file", '{"file": "notes.txt"}', "wrong arguments for read_file"),
     ("write_file", '{"path": "notes.txt"}', "wrong arguments for write_file"),
-    ("write_file", '{"path": "notes.txt", "content": ["a", "b"]}', "content of write_file must be strings"),
-    ("read_file", '{"path": 5}', "path of read_file must be strings"),
+    ("write_file", '{"path": "notes.txt", "content": ["a", "b"]}', "the arguments of write_file must be strings"),
+    ("read_file", '{"path": 5}', "the arguments of read_file must be strings"),
+    ("bash", '{"command": ["rm", "notes.txt"]}', "the arguments of bash must be strings"),
     ("read_file", '{"path": "notes.txt"', "not valid JSON"),
     ("read_file", '["notes.txt"]', "must be a JSON object"),
     ("deploy", '{"target": "prod"}', "unknown tool 'deploy'"),
     ("recall", '{"query": "notes"}', "nothing is archived"),
     ("read_file", '{"path": "notes\\u0000.txt"}', "null byte"),
-    ("bash", '{"command": "cat notes.txt\\u0000"}', "null byte"),
     ("write_file", '{"path": "notes.txt", "content": "\\ud800"}', "surrogates not allowed"),
     ("edit_file", '{"path": "notes.txt", "old": "alpha", "new": "\\ud800"}', "surrogates not allowed"),
 ])
@@ -114,15 +115,15 @@ def test_the_workspace_refuses_an_absolute_path_even_inside_it(ws):
     inside = ws.root.resolve() / "notes.txt"
     assert inside.is_file()
     with pytest.raises(tiny_agent.ToolError, match="must be relative to the workspace"):
-        ws.path(str(inside))
-    assert ws.path("notes.txt") == ["notes.txt"]  # the same file, named relative to the workspace, is fine
+        tiny_agent.tool_path(ws, str(inside))
+    assert tiny_agent.tool_path(ws, "notes.txt") == ["notes.txt"]  # the same file, named relative to the workspace, is fine
     result = tool(ws, "read_file", path=str(inside))
     assert result.startswith("error: ") and "alpha beta" not in result
 
 
 def test_a_command_over_the_timeout_is_stopped(ws):
     ws.timeout, ws.allowed = 0.2, {"sleep 5"}
-    assert tool(ws, "bash", command="sleep 5") == "error: the command ran longer than 0.2 s and was stopped: sleep 5"
+    assert tool(ws, "bash", command="sleep 5") == "error: the command ran longer than 0.2 s and was stopped"
 
 
 @pytest.mark.parametrize("name", ["bash", "read_file"])
@@ -134,37 +135,45 @@ def test_long_output_is_capped_keeping_head_and_tail(ws, name):
 
 
 # changed with issue 28: a command runs unasked only when it is known to be harmless (tiny_agent.needs_asking);
-# everything else is asked, and a no leaves the workspace as it was.
+# everything else is asked, and a no leaves the workspace as it was. Issue 36: the question shows the whole
+# command, one line of it a line, and the reason says where the proof stopped.
+NOT_PROVED = "it is not a read-only program's plain words and simple quotes joined by |, && or ||"
+
+
 @pytest.mark.parametrize("command, why", [
     ("sudo true; echo ran > ran.txt", "`sudo` is not a known read-only program"),
     ("rm -rf / ; echo ran > ran.txt", "`rm` is not a known read-only program"),
-    ("rm -f notes.txt && echo ran > ran.txt", "`rm` is not a known read-only program"),
-    ("echo rm -rf / > ran.txt", "`>` writes to a file or runs a subshell"),
+    ("cat notes.txt && rm -f notes.txt && echo ran > ran.txt", "`rm` is not a known read-only program"),
+    ("echo rm -rf / > ran.txt", f"from character 15 (> ran.txt) {NOT_PROVED}"),
+    ("echo ok; echo ran > ran.txt", f"from character 8 (; echo ran > ran.txt) {NOT_PROVED}"),
+    ("cat /etc/hostname", "it names a path outside the workspace (absolute, with .., or in an option)"),
 ])
 def test_a_command_not_known_to_be_harmless_is_refused_without_approval(tmp_path, command, why):
     asked = []
-    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or "n")
+    ws = AgentWorkspace(tmp_path, approve=lambda c: asked.append(c) or "n")
     (tmp_path / "notes.txt").write_text("kept\n")
-    assert tool(ws, "bash", command=command) == f"error: the user did not allow this command ({why}): {command}"
-    assert asked == [f"[tool] {command} ({why}): run it?"]
+    assert tool(ws, "bash", command=command) == f"error: the user did not allow this command ({why})"
+    assert asked == [f"[tool] bash, not known to be harmless ({why}):\n  │ {command}\nrun it?"]
     assert not (tmp_path / "ran.txt").exists() and (tmp_path / "notes.txt").read_text() == "kept\n"
 
 
-@pytest.mark.parametrize("command", ["echo sudo", "echo rm -rf / 2>&1 | cat", "cat notes.txt > /dev/null"])
+@pytest.mark.parametrize("command", ["echo sudo", "echo rm -rf x | cat", "grep -c kept notes.txt && echo 'rm -rf x'"])
 def test_a_dangerous_word_as_an_argument_of_a_read_only_program_is_not_asked_about(tmp_path, command):
     asked = []
-    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or "n")
+    ws = AgentWorkspace(tmp_path, approve=lambda c: asked.append(c) or "n")
     (tmp_path / "notes.txt").write_text("kept\n")
     assert tool(ws, "bash", command=command).startswith("exit code 0\n") and asked == []
 
 
 def test_a_command_runs_when_approved(tmp_path):
     asked = []
-    ws = Workspace(tmp_path, approve=lambda c: asked.append(c) or "y")
+    ws = AgentWorkspace(tmp_path, approve=lambda c: asked.append(c) or "y")
     (tmp_path / "old.txt").write_text("old\n")
     assert tool(ws, "bash", command="rm old.txt && echo removed > ran.txt") == "exit code 0\n"
-    assert asked == ["[tool] rm old.txt && echo removed > ran.txt (`rm` is not a known read-only program): run it?"]
+    assert asked == ["[tool] bash, not known to be harmless (`rm` is not a known read-only program):\n"
+                     "  │ rm old.txt && echo removed > ran.txt\nrun it?"]
     assert not (tmp_path / "old.txt").exists() and (tmp_path / "ran.txt").read_text() == "removed\n"
+    assert tool(ws, "bash", command="cat old.txt\0") == "error: embedded null byte"  # asked, then refused by Popen
 
 
 def test_the_offline_demo_compacts_draws_the_chart_and_leaves_the_repo_alone(capsys, tmp_path):
@@ -218,7 +227,7 @@ def test_the_repl_keeps_the_history_across_questions(fake_openai, capsys, tmp_pa
     read = scripted_input(["What is the capital of France?", "", "How many people live there?", quit_with])
     config = Config()
     session = new_session(config)
-    repl(session, config, openai_model(compact.make_client(), "test-model"), Workspace(tmp_path), read=read)
+    repl(session, config, openai_model(compact.make_client(), "test-model"), AgentWorkspace(tmp_path), read=read)
     second = server.requests[1]["messages"]
     assert [m["content"] for m in second[1:]] == ["What is the capital of France?", "Paris.",
                                                    "How many people live there?"]

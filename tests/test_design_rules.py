@@ -104,17 +104,17 @@ def test_one_old_output_too_large_is_cut_below_the_trigger_in_every_strategy(tmp
     for strategy in ("sawtooth", "layered", "hybrid", "zones", *compact.PRESETS):
         archive = compact.Archive(tmp_path / f"{strategy}.jsonl")
         made = tiny_agent.make_compaction(tiny_agent.Config(strategy=strategy), compact.summarize_extractive, archive)
-        out = made.compact(messages)
+        out = made.compactor.compact(messages)
         text = content_text(out[3])
         assert "this output alone was ~" in text and compact.text_tokens(text) < 8_000, strategy
         assert len(out) == len(messages) and out[4] is messages[4]  # nothing else changed
         assert any(r["message"]["content"] == huge for r in archive.records()), strategy
-        if "admit" in compact.step_names(made.compact.__self__.layers):  # zones admit a new output over 2,000 tokens
-            admitted = content_text(made.compact(unseen)[3])
+        if "admit" in compact.step_names(made.compactor.layers):  # zones admit a new output over 2,000 tokens
+            admitted = content_text(made.compactor.compact(unseen)[3])
             assert compact.text_tokens(admitted) <= 2_000 and admitted.startswith("row 0: "), strategy
         else:
-            assert made.compact(unseen) is unseen  # the model has not read it yet: it stays whole
-        assert made.compact(out) is out  # once cut, never cut again
+            assert made.compactor.compact(unseen) is unseen  # the model has not read it yet: it stays whole
+        assert made.compactor.compact(out) is out  # once cut, never cut again
     assert messages == frozen
 
 

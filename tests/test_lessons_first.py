@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
                        '"code": "context_length_exceeded"', "is_context_overflow(error) = True",
-                       "[stop] before each retry ask() asks the compaction for one level harder",
+                       "[stop] before each retry served() asks the compaction for one level harder",
                        "strategy none cannot compact, so level 2 raised ContextOverflowError",
                        "--strategy none does not", "requests sent after it: 0",
                        "[growth] every request re-sends", "[lesson 01] done:", "refused at ~"],
@@ -28,7 +28,7 @@ MARKERS = {
                        "[rule] above 30 messages, send [system prompt, a summary of the middle, the last 6]",
                        "[stand-in] The model is a fixed Python script",
                        "[compact] 34 → 10 messages: len - 6 = 28 is a tool message; find_cut stopped at 26, so 8 are kept",
-                       "#26  assistant → bash, bash, read_file  ◄ find_cut stops here", "◄ len - 6",
+                       "#26  assistant → bash, bash, bash  ◄ find_cut stops here", "◄ len - 6",
                        "whose call (#26) went into the summary",
                        "a server refuses a tool result that follows no call (HTTP 400)",
                        "the last middle held 1 earlier summary + 24 messages: the summary rolls forward",

@@ -15,7 +15,7 @@ import tiny_agent
 from compact import (ACK, CompactState, estimate_tokens, replaced_line, find_problems, is_summary, summarize_extractive,
                      summarize_with_model)
 from conftest import DEFAULT_INSTALL, chat_response, sawtooth
-from tiny_agent import Config, Workspace, new_session, openai_model, outgoing
+from tiny_agent import Config, AgentWorkspace, new_session
 
 SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}
 MODEL_SUMMARY = "## Goal\n- write the notes\n## Progress\n- MODEL-SUMMARY: several notes are written"
@@ -196,8 +196,8 @@ class ScriptedServer:
 def run_loop(fake_openai, tmp_path, replies, config=Config(), refuse=()):
     fake = ScriptedServer(fake_openai, replies, refuse)
     session, log = new_session(config), []
-    model = openai_model(compact.make_client(), "test-model", prepare=outgoing)  # what the agent sends
-    answer = tiny_agent.run(session, "Write the notes.", model, Workspace(tmp_path), log=log.append)
+    model = tiny_agent.server_model(config, log=log.append)  # what the agent sends
+    answer = tiny_agent.run_agent(session, "Write the notes.", model, AgentWorkspace(tmp_path), log=log.append)
     return fake, session, answer, log
 
 
@@ -213,12 +213,12 @@ def long_run(fake_openai, tmp_path):
 
 def test_the_loop_rises_and_falls_like_a_sawtooth(long_run):
     fake, session, answer, _ = long_run
-    counts = [n for n, _ in session.sent]  # messages of each request
+    counts = [n for n, _ in session.compaction.sent]  # messages of each request
     assert answer == "All notes are written." and len(counts) == 26
     drops = sum(after < before for before, after in zip(counts, counts[1:]))
-    assert session.compactions >= 3 and drops == session.compactions
+    assert session.compaction.compactions >= 3 and drops == session.compaction.compactions
     assert max(counts) <= 16
-    assert len(fake.summaries) == session.compactions
+    assert len(fake.summaries) == session.compaction.compactions
 
 
 def test_every_request_of_the_loop_is_valid_and_starts_with_the_system_prompt(long_run):
@@ -260,7 +260,7 @@ def test_bad_json_and_an_unknown_tool_become_error_results_and_the_loop_goes_on(
 def test_the_compact_tool_compacts_at_once_and_the_loop_goes_on(fake_openai, tmp_path, arguments, focus):
     compact_call = reply_with([("k", "compact", arguments)])
     fake, session, answer, _ = run_loop(fake_openai, tmp_path, script(8)[:-1] + [compact_call, chat_response("Done.")])
-    assert answer == "Done." and session.compactions == 1
+    assert answer == "Done." and session.compaction.compactions == 1
     kept = "the notes in notes/3.txt" if focus else "the task"  # the tool says what the compaction did
     assert tool_result(fake, "k") == f"compacted 21 → 10 messages, keeping what matters for: {kept}"  # the
     # system prompt, the summary and its acknowledgement, the request, the last 6
@@ -274,15 +274,15 @@ def test_a_context_length_refusal_compacts_and_retries_once(fake_openai, tmp_pat
     fake, session, answer, log = run_loop(fake_openai, tmp_path, script(10), refuse=(8,))
     assert answer == "All notes are written."
     refused, retried = fake.loop[8], fake.loop[9]
-    assert len(retried["messages"]) < len(refused["messages"]) and session.compactions == 1
+    assert len(retried["messages"]) < len(refused["messages"]) and session.compaction.compactions == 1
     assert retried["messages"][0] == SYSTEM and find_problems(retried["messages"]) == []
     assert any("refused the request as too long" in line for line in log)
 
 
 def test_a_second_refusal_in_a_row_compacts_harder_and_never_resends_a_refused_request(fake_openai, tmp_path):
-    # changed with the redesign: a second refusal is no longer raised; ask() escalates (force 1, 2, 3)
+    # changed with the redesign: a second refusal is no longer raised; served() escalates (levels 1, 2, 3)
     fake, session, answer, log = run_loop(fake_openai, tmp_path, script(10), refuse=(8, 9))
-    assert answer == "All notes are written." and session.compactions == 2
+    assert answer == "All notes are written." and session.compaction.compactions == 2
     sent = [body["messages"] for body in fake.loop]
     assert estimate_tokens(sent[10]) < estimate_tokens(sent[9]) < estimate_tokens(sent[8])
     assert sent[9] != sent[8] and sent[10] not in (sent[8], sent[9])
@@ -291,9 +291,9 @@ def test_a_second_refusal_in_a_row_compacts_harder_and_never_resends_a_refused_r
 
 def test_a_request_refused_at_every_level_raises_context_overflow(fake_openai, tmp_path):
     fake = ScriptedServer(fake_openai, script(10), refuse=tuple(range(8, 40)))
-    model = openai_model(compact.make_client(), "test-model", prepare=outgoing)  # what the agent sends
+    model = tiny_agent.server_model(Config(), log=[].append)  # what the agent sends
     with pytest.raises(compact.ContextOverflowError, match="after compacting it as far as it goes"):
-        tiny_agent.run(new_session(Config()), "Write the notes.", model, Workspace(tmp_path), log=[].append)
+        tiny_agent.run_agent(new_session(Config()), "Write the notes.", model, AgentWorkspace(tmp_path), log=[].append)
     refused = [json.dumps(body["messages"]) for body in fake.loop[8:]]
     assert 1 < len(refused) <= 3  # it compacted harder after each refusal (now, then as far as it goes)...
     assert len(set(refused)) == len(refused)  # ...and never sent the same request twice

@@ -161,7 +161,7 @@ def test_every_strategy_waits_after_three_failures_in_a_row_and_counts_them(stra
     config = tiny_agent.load_config({}, strategy=strategy)
     made = tiny_agent.make_compaction(config, broken)
     for _ in range(6):  # six compactions, each forced
-        out = made.compact(long_task(), level=1)
+        out = made(long_task(), level=1)
         assert compact.find_problems(out) == [] and out is not None
     assert len(calls) == 3  # then the breaker waits, as the ladder always did
     assert made.state.failures == 3 and "ConnectionError" in made.state.last_error
@@ -175,9 +175,9 @@ def test_every_strategy_runs_the_one_engine_whose_default_policy_is_the_sawtooth
     import tiny_agent
     assert compact.Compactor().policy == "sawtooth" and compact.Compactor().layers[:2] == ("reasoning", "summary")
     assert tiny_agent.STRATEGIES == tuple(compact.POLICIES) and tiny_agent.STRATEGIES[:2] == ("none", "sawtooth")
-    for name in tiny_agent.STRATEGIES:  # item 6: the loop calls the engine itself, no closure between
+    for name in tiny_agent.STRATEGIES:  # item 6: every strategy is the one engine with its policy
         made = tiny_agent.make_compaction(tiny_agent.load_config({}, strategy=name))
-        assert made.compact.__func__ is compact.Compactor.compact and made.compact.__self__.policy == name
+        assert type(made.compactor) is compact.Compactor and made.compactor.policy == name and made.name == name
 
 
 def test_each_policy_and_preset_is_data_on_the_engines_fields_and_steps():

@@ -99,10 +99,10 @@ def test_a_server_whose_tokenizer_counts_far_more_is_met_by_cutting_and_nothing_
     config = tiny_agent.load_config({"CONTEXT_WINDOW": "64000"})
     session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive",
                                      summarize=lambda messages, focus=None: "## Task\n- go")
-    ws = tiny_agent.Workspace(tmp_path, approve=lambda command: False, sandbox=False)
+    ws = tiny_agent.AgentWorkspace(tmp_path, approve=lambda command: False, sandbox=False)
     model = tiny_agent.openai_model(tiny_agent.make_client(), "m")
     log = []
-    assert tiny_agent.run(session, "go", model, ws, log=log.append) == "done"
+    assert tiny_agent.run_agent(session, "go", model, ws, log=log.append) == "done"
     assert len(sent) == len(set(sent))  # no refused request was sent twice
     assert any("cut to fit the window" in json.dumps(m) for m in session.messages)
     archived = [r["message"] for r in session.compaction.archive.records()]  # the archive is the compaction's
@@ -199,9 +199,9 @@ def test_a_server_with_a_smaller_window_than_configured_is_compacted_for_and_the
     log: list[str] = []
     session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive",
                                      summarize=lambda messages, focus=None: "## Task\n- read the notes")
-    ws = tiny_agent.Workspace(tmp_path, approve=lambda command: "n", sandbox=False)
+    ws = tiny_agent.AgentWorkspace(tmp_path, approve=lambda command: "n", sandbox=False)
     model = tiny_agent.openai_model(tiny_agent.make_client(), "m")
-    assert tiny_agent.run(session, "read the notes forty times", model, ws, log=log.append) == "done"
+    assert tiny_agent.run_agent(session, "read the notes forty times", model, ws, log=log.append) == "done"
     told = [line for line in capsys.readouterr().out.splitlines() if "set CONTEXT_WINDOW=4000" in line]
     assert len(told) == 1 and "the server's window is 4,000 tokens" in told[0], log
     assert len(refusals) <= 2, refusals  # before: refused again every few requests

@@ -782,7 +782,7 @@ def test_a_second_agent_is_told_the_session_is_in_use_and_its_work_is_saved_apar
 
 def test_a_ctrl_c_while_the_tool_line_is_printed_still_answers_every_call(tmp_path):
     import tiny_agent
-    from tiny_agent import Config, Workspace, new_session
+    from tiny_agent import Config, AgentWorkspace, new_session
 
     def model(messages, tools):
         if messages[-1]["role"] == "user" and messages[-1]["content"] == "first":
@@ -795,7 +795,7 @@ def test_a_ctrl_c_while_the_tool_line_is_printed_still_answers_every_call(tmp_pa
             raise KeyboardInterrupt  # the user's Ctrl-C arrives while this line is written
     session = new_session(Config())
     with pytest.raises(KeyboardInterrupt):
-        tiny_agent.run(session, "first", model, Workspace(tmp_path, sandbox=False), log)
+        tiny_agent.run_agent(session, "first", model, AgentWorkspace(tmp_path, sandbox=False), log)
     # what the REPL's turn() leaves before the next question
     assert_valid(session.messages + [{"role": "user", "content": "second"}])
 

@@ -1,4 +1,5 @@
-"""The one reader at the edge (tiny_agent.read_reply): whatever a server sends with HTTP 200 becomes
+"""The one reader at the edge (tiny_agent.read_reply, and read_whole_reply for every shape a real server
+sends): whatever a server sends with HTTP 200 becomes
 a valid assistant message or one line naming what it sent, never a traceback and never a history
 that breaks the next request. Shapes a real server sent on a bad day go through the real openai
 client and HTTP (pytest-httpserver); Hypothesis feeds arbitrary JSON and reply shapes to the reader."""
@@ -36,14 +37,15 @@ def call(**fields) -> dict:
 
 DEEP = "[" * 100_000 + "]" * 100_000
 BAD_DAY = {  # what a server sent -> a word the one line must hold
-    "cut JSON": (message(content="hello")[:-7], "not whole JSON"),
-    "function null": (message(tool_calls=[call(function=None)]), "without a function name"),
-    "a choice without message": (json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]}), "without a message"),
-    "no choices": (json.dumps({"object": "chat.completion"}), "without a message"),
+    "cut JSON": (message(content="hello")[:-7], "not a chat completion"),
+    "function null": (message(tool_calls=[call(function=None)]), "not named functions"),
+    "a choice without message": (json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]}),
+                                 "not a chat completion"),
+    "no choices": (json.dumps({"object": "chat.completion"}), "not a chat completion"),
     "tool_calls a number": (message(tool_calls=7), "not a list"),
     "arguments nested 100,000 deep": (message(tool_calls=[call(function={"name": "bash", "arguments": DEEP})]),
                                       "nested deeper"),
-    "the reply nested 100,000 deep": (DEEP, "not whole JSON"),
+    "the reply nested 100,000 deep": (DEEP, "not a chat completion"),
     "HTML": ("<html><body>502 Bad Gateway</body></html>", "502 Bad Gateway"),
 }
 
@@ -51,7 +53,7 @@ BAD_DAY = {  # what a server sent -> a word the one line must hold
 @pytest.mark.parametrize("sent, said", BAD_DAY.values(), ids=BAD_DAY.keys())
 def test_a_reply_that_is_not_a_chat_completion_is_one_line_naming_what_was_sent(sent, said):
     with pytest.raises(tiny_agent.ServerReplyError) as raised:
-        tiny_agent.read_reply(sent)
+        tiny_agent.read_whole_reply(sent)
     line = str(raised.value)
     assert said in line and "\n" not in line and len(line) < 300
 
@@ -67,13 +69,13 @@ GOOD_ENOUGH = {  # what a server sent -> the calls the agent keeps
 
 @pytest.mark.parametrize("sent, calls", GOOD_ENOUGH.values(), ids=GOOD_ENOUGH.keys())
 def test_a_reply_in_another_shape_becomes_calls_with_json_string_arguments(sent, calls):
-    reply = tiny_agent.read_reply(sent)
+    reply = tiny_agent.read_whole_reply(sent)
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in reply["tool_calls"]] == calls
     assert reply["usage"] == 12
 
 
 def test_a_call_without_an_id_or_with_a_repeated_one_gets_a_local_id_never_null():
-    reply = tiny_agent.read_reply(message(content=None, tool_calls=[
+    reply = tiny_agent.read_whole_reply(message(content=None, tool_calls=[
         {"type": "function", "function": {"name": "bash", "arguments": "{}"}},
         call(function={"name": "bash", "arguments": "{}"}), call(function={"name": "bash", "arguments": "{}"})]))
     ids = [c["id"] for c in reply["tool_calls"]]
@@ -82,8 +84,8 @@ def test_a_call_without_an_id_or_with_a_repeated_one_gets_a_local_id_never_null(
 
 
 def test_content_parts_and_a_thinking_field_are_kept_as_text():
-    reply = tiny_agent.read_reply({"choices": [{"message": {"content": [{"type": "text", "text": "a"}, {"text": "b"}],
-                                                            "reasoning_content": "why", "refusal": None}}]})
+    reply = tiny_agent.read_whole_reply(json.dumps({"choices": [{"message": {
+        "content": [{"type": "text", "text": "a"}, {"text": "b"}], "reasoning_content": "why", "refusal": None}}]}))
     assert reply == {"role": "assistant", "content": "ab", "reasoning_content": "why", "usage": None}
 
 
@@ -94,8 +96,8 @@ def test_a_call_without_an_id_through_http_is_answered_with_that_id_in_the_next_
     replies = [no_id, chat_response("done")]
     server = fake_openai(lambda body: (200, replies.pop(0)))
     session = tiny_agent.new_session(tiny_agent.load_config())
-    model = tiny_agent.openai_model(compact.make_client(), "m", prepare=tiny_agent.outgoing)
-    assert tiny_agent.run(session, "go", model, tiny_agent.Workspace(tmp_path, sandbox=False), log=lambda _: None) == "done"
+    model = tiny_agent.openai_model(compact.make_client(), "m")  # Layer 1's reader makes the id up too
+    assert tiny_agent.run(session, "go", model, tiny_agent.AgentWorkspace(tmp_path, sandbox=False), log=lambda _: None) == "done"
     sent = server.requests[1]["messages"]
     (asked,) = [c["id"] for m in sent for c in m.get("tool_calls") or []]
     assert asked and [m["tool_call_id"] for m in sent if m["role"] == "tool"] == [asked]
@@ -109,7 +111,7 @@ def test_a_bad_reply_through_http_ends_the_turn_with_one_line_and_the_repl_goes_
     config = tiny_agent.load_config()
     session = tiny_agent.new_session(config)
     lines = iter(["first question", "second question"])
-    tiny_agent.repl(session, config, tiny_agent.server_model(config), tiny_agent.Workspace(tmp_path),
+    tiny_agent.repl(session, config, tiny_agent.server_model(config), tiny_agent.AgentWorkspace(tmp_path),
                     read=lambda prompt: next(lines, None))
     out = capsys.readouterr().out
     assert out.count("error: the server at") == 2 and "Traceback" not in out
@@ -147,18 +149,19 @@ OUTCOMES: Counter = Counter()  # what the property met, checked by the test afte
 @given(reply=whole | whole | damaged | json_values, cut=st.none() | st.none() | st.none() | st.integers(0, 400),
        as_text=st.booleans())
 def test_no_reply_shape_gives_a_traceback_only_a_valid_message_or_one_line(reply, cut, as_text):
-    sent = json.dumps(reply)[:cut] if cut is not None else json.dumps(reply) if as_text else reply
+    """Both readers: Layer 1's (read_reply, which refuses what it does not read) and Layer 2's."""
+    sent = json.dumps(reply)[:cut] if cut is not None else json.dumps(reply)
     try:
-        got = tiny_agent.read_reply(sent)
+        got = (tiny_agent.read_whole_reply if as_text else tiny_agent.read_reply)(sent)
     except tiny_agent.ServerReplyError as error:
         assert "\n" not in str(error) and len(str(error)) < 300
         OUTCOMES["one line"] += 1
         return
     OUTCOMES["tool calls" if got.get("tool_calls") else "a message"] += 1
     assert got["role"] == "assistant" and isinstance(got["content"], str)
-    assert got["usage"] is None or type(got["usage"]) is int
+    assert got.get("usage") is None or type(got["usage"]) is int
     ids = [c["id"] for c in got.get("tool_calls", [])]
-    assert len(set(ids)) == len(ids) and all(isinstance(i, str) and i for i in ids)
+    assert all(isinstance(i, str) and i for i in ids) and (len(set(ids)) == len(ids) or not as_text)  # Layer 2 dedupes
     for c in got.get("tool_calls", []):
         assert isinstance(c["function"]["name"], str) and isinstance(c["function"]["arguments"], str)
         try:

@@ -24,7 +24,7 @@ from conftest import sawtooth, ROOT, chat_response, tallied, compacting_policies
 import compact
 from conversations import generate_conversation
 import tiny_agent
-from tiny_agent import Workspace, run_tool
+from tiny_agent import AgentWorkspace, run_tool
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 HISTORY = generate_conversation(20, seed=11).messages
@@ -307,7 +307,7 @@ def ws(tmp_path, asked):
     root.mkdir()
     (root / "etc").symlink_to("/etc")
     (root / "passwd").symlink_to("/etc/passwd")
-    return Workspace(root, approve=lambda command: asked.append(command) or False)
+    return AgentWorkspace(root, approve=lambda command: asked.append(command) or False)
 
 
 def call(ws, name: str, **arguments) -> str:
@@ -376,7 +376,7 @@ def victim(tmp_path) -> Path:
     (root / "d").mkdir()
     (root / "d" / "g").write_text("kept\n")
     (root / "-delete").write_text("a file whose name `*` turns into an option\n")
-    assert run_tool(Workspace(root), "write_file", json.dumps({"path": "s.sh", "content": "rm f\n"})).startswith("wrote")
+    assert run_tool(AgentWorkspace(root), "write_file", json.dumps({"path": "s.sh", "content": "rm f\n"})).startswith("wrote")
     return root
 
 
@@ -390,7 +390,7 @@ def files_of(root: Path) -> dict[str, bytes]:
 def test_a_command_not_known_to_be_harmless_changes_nothing_without_a_terminal(victim, monkeypatch, command, sandbox):
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a terminal: nobody to ask
     before = files_of(victim)
-    result = run_tool(Workspace(victim, sandbox=sandbox), "bash", json.dumps({"command": command}))
+    result = run_tool(AgentWorkspace(victim, sandbox=sandbox), "bash", json.dumps({"command": command}))
     assert result.startswith("error: the user did not allow this command ("), result
     assert files_of(victim) == before
 
@@ -400,30 +400,30 @@ def test_each_of_those_commands_is_asked_and_does_change_a_file_when_allowed(vic
     """The table holds real attacks: said yes to, each one changes the workspace."""
     asked = []
     before = files_of(victim)
-    ws = Workspace(victim, approve=lambda question: asked.append(question) or "y", sandbox=False, timeout=20)
+    ws = AgentWorkspace(victim, approve=lambda question: asked.append(question) or "y", sandbox=False, timeout=20)
     run_tool(ws, "bash", json.dumps({"command": command}))
     assert len(asked) == 1 and files_of(victim) != before
 
 
-READ_ONLY_COMMANDS = ["ls -la", "cat f | head -1", "wc -l < f; grep -n alpha f", "find . -name '*.sh' | sort",
-                      "git status --short", "git diff", "git log --oneline", "git show --stat", "pwd", "echo rm f",
-                      "sed -n 1p f", "sed -n '$p' f", "sed 's/alpha/beta/g' f", "sort f", "tail -1 f 2>&1", "stat f > /dev/null",
-                      "du -s d", "cut -c1-3 f", "tr a b < f", "diff f other; true", "uniq f", "file f", "which ls",
-                      "grep -cE 'a(lpha)*' f"]
+READ_ONLY_COMMANDS = ["ls -la", "cat f | head -1", "wc -l f && grep -n alpha f", "find . -name '*.sh' | sort", "pwd",
+                      "echo rm f", "sed -n 1p f", "sed -n '$p' f", "sed -n 1,2p f other", "sort f", "tail -1 f", "stat f",
+                      "du -s d", "cut -c1-3 f", "cat f | tr a b", "diff f other || true", "uniq f", "sort -r f | uniq -c",
+                      "which ls", "grep -cE 'a(lpha)*' f", "realpath d", "basename d/g", "find d -type f -newer f",
+                      "sort -n -k1,1 f", "head -c 3 f", "grep -rn \"rm f\" . '--include=*.sh'"]
 
 
 @pytest.mark.parametrize("command", READ_ONLY_COMMANDS)
 def test_a_read_only_command_runs_unasked(victim, command):
     asked = []
     before = files_of(victim)
-    result = run_tool(Workspace(victim, approve=lambda q: asked.append(q) or "n"), "bash",
+    result = run_tool(AgentWorkspace(victim, approve=lambda q: asked.append(q) or "n"), "bash",
                       json.dumps({"command": command}))
     assert result.startswith("exit code 0\n") and asked == [] and files_of(victim) == before, result
 
 
 def test_every_program_on_the_list_is_in_the_readme_and_no_other():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    listed = re.search(r"read-only programs: (.*?); with no redirection", readme, re.S)
+    listed = re.search(r"read-only programs: (.*?); in the last four", readme, re.S)
     assert listed, "README: the list of read-only programs"
     assert set(re.findall(r"`(\w+)(?: [\w|]+)?`", listed[1])) == set(tiny_agent.READ_ONLY)
 
@@ -448,7 +448,7 @@ def test_under_bubblewrap_no_command_reads_the_records_or_sees_the_key(tmp_path,
     monkeypatch.setenv("XDG_STATE_HOME", str(root / "state" if inside else tmp_path / "state"))
     folder = tiny_agent.records_folder(root)
     (folder / f"session-{KEY}.json").write_text(f"RECORD {KEY}")
-    ws = Workspace(root, approve=lambda question: "y", sandbox=True, protected=(folder,))
+    ws = AgentWorkspace(root, approve=lambda question: "y", sandbox=True)
     for command in ["env; cat /proc/*/environ | tr '\\0' '\\n'", "find / -name 'session-*' 2>/dev/null",
                     "grep -rlsE 'RECOR[D] sk-' /tmp /root /home /var /etc /run /mnt", "ls -la $HOME /root /home 2>&1"]:
         result = run_tool(ws, "bash", json.dumps({"command": command}))  # a file found shows its name: the key
@@ -460,7 +460,7 @@ def test_under_bubblewrap_no_command_reads_the_records_or_sees_the_key(tmp_path,
 def test_a_command_gets_an_environment_built_from_nothing(tmp_path, monkeypatch, sandbox):
     for name, value in {"OPENAI_API_KEY": KEY, "MODEL": "secret-model", "BASH_ENV": "/tmp/evil"}.items():
         monkeypatch.setenv(name, value)
-    result = run_tool(Workspace(tmp_path, sandbox=sandbox), "bash", json.dumps({"command": "env"}))
+    result = run_tool(AgentWorkspace(tmp_path, sandbox=sandbox), "bash", json.dumps({"command": "env"}))
     names = {line.split("=", 1)[0] for line in result.splitlines()[1:]}
     assert names <= {"PATH", "LANG", "TERM", "HOME", "TINY_AGENT_COMMAND", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0",
                      "GIT_CONFIG_VALUE_0", "PWD", "SHLVL", "_"}, names
@@ -471,7 +471,7 @@ def test_a_command_gets_an_environment_built_from_nothing(tmp_path, monkeypatch,
 def test_under_bubblewrap_only_the_workspace_is_writable_and_tmp_is_its_own(tmp_path):
     root = tmp_path / "ws"
     root.mkdir()
-    ws = Workspace(root, approve=lambda question: "y", sandbox=True)
+    ws = AgentWorkspace(root, approve=lambda question: "y", sandbox=True)
     result = run_tool(ws, "bash", json.dumps({"command": "echo x > /tmp/mine && cat /tmp/mine; touch /new 2>&1; "
                                                          "touch /etc/new 2>&1; echo ok > here"}))
     assert "x\n" in result and result.count("Read-only file system") == 2, result
@@ -485,7 +485,7 @@ def test_the_model_cannot_change_dotenv_without_being_asked(tmp_path, monkeypatc
     root.mkdir()
     (root / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:1/v1\n")
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # not a terminal
-    ws = Workspace(root, sandbox=sandbox)
+    ws = AgentWorkspace(root, sandbox=sandbox)
     attempts = [("write_file", {"path": ".env", "content": "OPENAI_BASE_URL=http://evil/v1\n"}),
                 ("write_file", {"path": "sub/../.env", "content": "x"}),
                 ("edit_file", {"path": ".env", "old": "127.0.0.1:1", "new": "evil"}),
@@ -510,7 +510,7 @@ import json, re, sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
 import tiny_agent
-ws = tiny_agent.Workspace(Path(sys.argv[1]), approve=lambda question: "y", sandbox=False)
+ws = tiny_agent.AgentWorkspace(Path(sys.argv[1]), approve=lambda question: "y", sandbox=False)
 result = tiny_agent.run_tool(ws, sys.argv[2], sys.argv[3])
 peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", Path("/proc/self/status").read_text())[1])
 print(json.dumps({{"result": result, "max_rss_kb": peak}}))
@@ -567,7 +567,7 @@ def test_no_write_through_a_hard_link_and_no_half_written_file(tmp_path, monkeyp
     outside = tmp_path / "outside.txt"
     outside.write_text("OUTSIDE\n")
     os.link(outside, root / "linked.txt")
-    ws = Workspace(root)
+    ws = AgentWorkspace(root)
     assert run_tool(ws, "write_file", json.dumps({"path": "linked.txt", "content": "model\n"})).startswith("wrote")
     assert run_tool(ws, "edit_file", json.dumps({"path": "linked.txt", "old": "model", "new": "edit"})) == \
         "edited linked.txt"
@@ -598,7 +598,7 @@ def test_a_folder_swapped_for_a_symlink_while_writing_lands_nothing_outside(tmp_
                     step()
     swapper = threading.Thread(target=swap)
     swapper.start()
-    ws = Workspace(root)
+    ws = AgentWorkspace(root)
     try:
         results = [run_tool(ws, "write_file", json.dumps({"path": f"sub/{i}.txt", "content": "x"})) for i in range(200)]
     finally:

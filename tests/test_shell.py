@@ -20,7 +20,7 @@ from test_repl import (Held, Script, agent_env, assert_one_line_error, run_agent
                        sleeper, sleeping, terminal, tool_call, wait_until, workspace)
 
 import tiny_agent
-from tiny_agent import Workspace, run_tool
+from tiny_agent import AgentWorkspace, run_tool
 
 HAS_BWRAP = shutil.which("bwrap") is not None
 needs_bwrap = pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap (bwrap) is not installed")
@@ -45,7 +45,7 @@ def mode(request, path_without_bwrap) -> dict:
     return {} if request.param == "bubblewrap" else {"PATH": path_without_bwrap}
 
 
-START_LINE = {True: "[shell] bash runs inside bubblewrap: only the workspace is writable, no network",
+START_LINE = {True: "[shell] bash runs inside bubblewrap: the workspace is writable only by commands you allow, no network",
               False: "[shell] bash is NOT confined (install bubblewrap to confine it)"}
 
 
@@ -126,7 +126,7 @@ def test_a_timed_out_command_is_stopped_with_its_children_through_the_cli(server
 @pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False])
 def test_a_timed_out_command_is_stopped_with_its_children(tmp_path, sandbox, sleeper):
     token = sleeper
-    ws = Workspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
+    ws = AgentWorkspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
     result = run_tool(ws, "bash", json.dumps({"command": f"sleep {token} & echo $! > pid; wait"}))
     assert result.startswith("error: the command ran longer than 1 s and was stopped")
     wait_until(lambda: not sleeping(token), "the timed-out command's child was stopped")
@@ -142,7 +142,7 @@ def test_a_process_that_left_the_group_with_setsid_is_stopped_too(tmp_path, sand
     marker in its environment and stopped all the same."""
     token = sleeper
     command = f"(setsid sleep {token} &); (setsid sh -c 'sleep {token}' &)" + ("; wait; sleep 30" if ends == "at the timeout" else "")
-    ws = Workspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
+    ws = AgentWorkspace(tmp_path, approve=lambda question: "y", timeout=1, sandbox=sandbox)
     result = run_tool(ws, "bash", json.dumps({"command": command}))
     assert result.startswith("error: the command ran longer than 1 s" if ends == "at the timeout" else "exit code 0")
     assert sleeping(token) == []  # stopped before the tool returned: no wait

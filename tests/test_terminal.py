@@ -156,7 +156,7 @@ def test_ctrl_d_or_ctrl_c_at_the_yes_no_question_answers_no_and_the_repl_goes_on
     t = terminal(script)
     t.at_prompt()
     t.send("clean up")
-    t.expect(f"[tool] {command} ({why}): run it? [y/N/a] ")
+    t.expect(f"[tool] bash, not known to be harmless ({why}):\r\n  │ {command}\r\nrun it? [y/N/a] ")
     wait_until(t.reading, "the question waits for an answer")
     start = t.mark
     if key == "Ctrl-D":
@@ -165,7 +165,7 @@ def test_ctrl_d_or_ctrl_c_at_the_yes_no_question_answers_no_and_the_repl_goes_on
         t.interrupt()
     t.expect("agent> NOT-REMOVED")
     assert "[interrupted]" not in t.since(start) and "Traceback" not in t.seen
-    assert tool_results(script.turns[1]) == {"call_rm": f"error: the user did not allow this command ({why}): {command}"}
+    assert tool_results(script.turns[1]) == {"call_rm": f"error: the user did not allow this command ({why})"}
     assert (victim / "keep.txt").read_text() == "kept\n"
     assert "agent> NEXT-ANSWER" in t.ask("and now?")
     quit_cleanly(t)
@@ -179,10 +179,12 @@ def test_a_means_yes_to_that_exact_command_for_the_rest_of_the_session(server, t
     t = terminal(script)
     t.at_prompt()
     t.send("log it")
-    question = "`>>` writes to a file or runs a subshell"
-    t.expect(f"[tool] {command} ({question}): run it? [y/N/a] ")
+    why = "it is not a read-only program's plain words and simple quotes joined by |, && or ||"
+    t.expect(f"[tool] bash, not known to be harmless (from character 12 (>> log.txt) {why}):\r\n  │ {command}\r\n"
+             "run it? [y/N/a] ")
     t.send("a")
-    t.expect(f"[tool] {other} ({question}): run it? [y/N/a] ")  # the same command again is not asked
+    t.expect(f"[tool] bash, not known to be harmless (from character 12 (>> log.txt) {why}):\r\n  │ {other}\r\n"
+             "run it? [y/N/a] ")  # the same command again is not asked
     assert t.seen.count("run it?") == 2
     t.send("n")
     t.expect("agent> DONE")
@@ -447,7 +449,8 @@ def test_context_after_a_compaction_shows_the_history_after_it_and_the_stats(ser
 def test_one_iteration_is_said_in_the_singular(server, terminal):
     script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command="true")])])
     t = terminal(script, "--max-iterations", "1", "keep going")
-    t.expect("[answer] stopped after 1 model call without a final answer: --max-iterations raises the limit\r\n")
+    t.expect("[limit] stopped after 1 model call without a final answer: --max-iterations raises the limit\r\n")
+    t.expect("[answer] stopped after 1 model call without a final answer\r\n")
     t.expect("[done] 1 request, 0 compactions, ")
     assert t.wait() == 3 and len(script.turns) == 1  # the limit is not success
 
@@ -497,13 +500,13 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_command_that_deletes_the_agents_records_does_not_delete_them(server, terminal, workspace, mode):
-    """A command that names the records is refused outright, even with --yes; one that finds them
-    without naming them runs only with --yes, and then bubblewrap alone keeps them out of reach."""
+    """Changed with issue 36: no name filter. Inside bubblewrap the whole records root is out of sight,
+    so even commands said yes to (--yes) find nothing to delete, by name or by search; without it
+    such a command is asked, and no leaves the records as they are (README: what is not confined)."""
     folder = records(workspace)
     confined = "PATH" not in mode
-    commands = [f"rm -rf {folder}", f": > {folder}/session.json; find {folder} -type f -exec truncate -s 0 {{}} +"]
-    if confined:
-        commands.append("find / -name 'session*.json*' -exec truncate -s 0 {} + 2>/dev/null; echo searched")
+    commands = [f"rm -rf {folder}", f": > {folder}/session.json; find {folder} -type f -exec truncate -s 0 {{}} +",
+                f"rm -rf {folder.parent}", "find / -name 'session*.json*' -exec truncate -s 0 {} + 2>/dev/null"]
     calls = [chat_response(tool_calls=[tool_call(f"call_{i}", "bash", command=c)]) for i, c in enumerate(commands)]
     replies = [r for i, call in enumerate(calls) for r in (call, chat_response(f"TRIED-{i}"))]
     script = Script(server, answers(4) + replies)
@@ -515,10 +518,12 @@ def test_a_command_that_deletes_the_agents_records_does_not_delete_them(server, 
     for i, command in enumerate(commands):
         t.at_prompt()
         t.send(f"attempt {i}")
+        if not confined:
+            t.expect("run it? [y/N/a] ")
+            t.send("n")
         t.expect(f"agent> TRIED-{i}")
         result = tool_results(script.turns[-1])[f"call_{i}"]
-        named = str(folder) in command
-        assert result.startswith("error: the agent's own records" if named else "exit code"), result
+        assert result.startswith("exit code" if confined else "error: the user did not allow this command"), result
         assert snapshot(folder / "archive") == archived
         session = json.loads(latest(folder).read_text())
         assert session["messages"][1]["content"].startswith("[Context summary]")
@@ -535,10 +540,11 @@ def test_rm_rf_of_the_whole_workspace_is_not_run_without_the_users_yes(server, t
     t = terminal(script, **mode)
     t.at_prompt()
     t.send("tidy up")
-    t.expect("[tool] rm -rf ./* (`rm` is not a known read-only program): run it? [y/N/a] ")
+    t.expect("[tool] bash, not known to be harmless (`rm` is not a known read-only program):\r\n  │ rm -rf ./*\r\n"
+             "run it? [y/N/a] ")
     t.send("n")
     t.expect("agent> ASKED")
     assert tool_results(script.turns[1]) == {
-        "call_rm": "error: the user did not allow this command (`rm` is not a known read-only program): rm -rf ./*"}
+        "call_rm": "error: the user did not allow this command (`rm` is not a known read-only program)"}
     assert snapshot(workspace) == before
     quit_cleanly(t)

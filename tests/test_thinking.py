@@ -101,8 +101,8 @@ def test_the_rule_server_refuses_a_tool_turn_without_its_reasoning_even_after_a_
 
 def test_replies_keep_their_reasoning_and_requests_send_it_back_unless_told_not_to():
     reply = {"role": "assistant", "content": None, "reasoning_content": "thinking..."}  # the server's extra field
-    kept = tiny_agent.assistant_message(reply)
-    assert kept == {"role": "assistant", "content": "", "reasoning_content": "thinking..."}
+    kept = tiny_agent.read_whole_reply(json.dumps({"choices": [{"message": reply}]}))
+    assert kept == {"role": "assistant", "content": "", "reasoning_content": "thinking...", "usage": None}
     assert tiny_agent.outgoing([kept])[0]["reasoning_content"] == "thinking..."
     assert "reasoning_content" not in tiny_agent.outgoing([kept], send_reasoning=False)[0]
     assert tiny_agent.load_config({"SEND_REASONING": "0"}).send_reasoning is False
