@@ -862,7 +862,7 @@ def timing_targets(results: dict) -> list[tuple[bool, str]]:
                         f"{grown['below_trigger']:.2f}×"))
     if "linear" in results:
         lin = results["linear"]
-        targets.append((lin["ratio"] <= 10, f"every check of compact.py that reads outside text is linear: on "
+        targets.append((lin["ratio"] <= 10, f"every check of the two files that reads outside text is linear: on "
                                             f"{lin['chars']:,} characters of one word or of punctuation each takes "
                                             f"at most 10× its time on ordinary text (a quadratic one, thousands): "
                                             f"{len(lin['checks'])} checks, the worst {lin['worst']} {lin['ratio']:.1f}×"))
@@ -1275,11 +1275,14 @@ def growing(messages: list[dict], n: int = 1_000, number: int = 10, repeat: int 
 
 
 def outside_text_checks() -> dict[str, Callable[[str], object]]:
-    """Every regex of compact.py and every check that reads a whole text from outside (a tool's
-    output, a pasted message, a server's reply), by name."""
-    checks = {name: value.findall for name, value in vars(compact).items() if isinstance(value, re.Pattern)}
+    """Every regex of compact.py and tiny_agent.py and every check that reads a whole text from
+    outside (a tool's output, a pasted message, a server's reply, a command the model wrote), by name."""
+    import tiny_agent
+    checks = {f"{module.__name__}.{name}": value.findall for module in (compact, tiny_agent)
+              for name, value in vars(module).items() if isinstance(value, re.Pattern)}
     return {**checks, "mask_secrets": mask_secrets, "sentences": compact.sentences, "text_tokens": compact.heuristic_tokens,
-            "cut_text": lambda text: compact.cut_text(text, 2_000, "a test")}
+            "cut_text": lambda text: compact.cut_text(text, 2_000, "a test"),
+            "needs_asking": lambda text: tiny_agent.needs_asking("cat " + text)}  # the question before a command
 
 
 def linear_ratios(size: int = 250_000) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 import os
 import shutil
 import subprocess
@@ -335,7 +334,7 @@ def test_the_file_tools_refuse_every_workspaces_records_under_any_name(server, w
     assert files(root, leave_out=next(p for p in root.iterdir() if p.name.startswith("ws-"))) == before
 
 
-# --- The check is one pass: a 4 MB command is judged in seconds at most (514 s on 7ba4f40) ----
+# --- The check is one pass: a 4 MB command is judged (514 s on 7ba4f40; lesson 15 times it) ----
 
 SHAPES = {"plain words": "cat " + "a " * 2_000_000, "quoted words": "cat " + "'a' " * 1_000_000,
           "many parts": "cat a | " * 500_000 + "cat", "one long word": "cat " + "a" * 4_000_000,
@@ -349,25 +348,21 @@ PROVED = ("plain words", "quoted words", "many parts", "one long word", "find's 
 
 
 def test_a_4_mb_command_is_judged_in_one_pass():
-    """Each 4 MB shape is judged within a generous bound (the old checker took 514 s on one)."""
+    """Each 4 MB shape is judged, the proved ones unasked (the old checker took 514 s on one; lesson
+    15 holds every check's time on a long word to a ratio of ordinary text, needs_asking's too)."""
     for name, command in SHAPES.items():
-        start = time.process_time()
         why = tiny_agent.needs_asking(command)
-        assert time.process_time() - start < 5, name
         assert (why is None) == (name in PROVED), (name, why)
 
 
 def test_long_commands_of_every_shape_go_through_the_command_line(server, workspace, tmp_path, mode):
     """Every shape, a hundredth of its size, and one of 1 MB (12.5 s to judge on 7ba4f40), as a model
     sends them (the scripted server renders each request through five chat templates): each is judged,
-    the proved ones run (and change nothing), the others are refused, and the agent finishes. (Not
-    the two shapes that hold one long word: compact.py's shorten_value reads a long word in
-    quadratic time, 39 s for 100 KB, when the history must be cut; that is the compaction's, issue
-    35's, not the check's.)"""
+    the proved ones run (and change nothing), the others are refused, and the agent finishes (the
+    two shapes that hold one long word took compact.py's cutter 39 s for 100 KB before issue 37)."""
     (workspace / "victim.txt").write_text("precious\n")
     before = files(workspace)
-    shapes = [name for name in SHAPES if name not in ("one long word", "an unclosed quote")]
-    commands = [SHAPES[name][:len(SHAPES[name]) // 100] for name in shapes] + ["cat a " * 175_000 + "; rm victim.txt"]
+    commands = [command[:len(command) // 100] for command in SHAPES.values()] + ["cat a " * 175_000 + "; rm victim.txt"]
     calls = [tool_call(f"call_{i}", "bash", command=c) for i, c in enumerate(commands)]
     script = Script(server, [chat_response(tool_calls=calls), chat_response("DONE")])
     done = run_agent(["--workspace", str(workspace), "go"], agent_env(script.base_url, **mode), tmp_path / "cwd")
