@@ -554,11 +554,17 @@ NOT_JSON = object()  # what parsed_arguments returns for arguments that do not p
 
 
 def parsed_arguments(call: dict, **options):
-    """A call's arguments decoded (`options` go to json.loads), or NOT_JSON: models write broken JSON."""
+    """A call's arguments decoded (`options` go to json.loads), or NOT_JSON: models write broken JSON.
+    A lone surrogate a JSON escape made ("\\udcff": not text) becomes U+FFFD, as what is made from
+    arguments (a placeholder, a file name) goes into messages, which must encode as UTF-8."""
     try:
-        return json.loads(call_arguments(call), **options)
-    except (json.JSONDecodeError, TypeError):
+        value = json.loads(call_arguments(call), **options)
+    except (json.JSONDecodeError, TypeError, RecursionError):
         return NOT_JSON
+    if "\\u" not in call_arguments(call):
+        return value
+    text = json.dumps(value, ensure_ascii=False)
+    return json.loads(text.encode("utf-8", "surrogatepass").decode("utf-8", "replace"), **options)
 
 
 def describe_call(call: dict, width: int = 80) -> str:
@@ -1773,7 +1779,9 @@ class SummaryGuard:
             hint = f"; the server has no model {summary_model()!r}: set SUMMARY_MODEL in .env"  # said once
         state.failures, state.failing, state.last_error = state.failures + 1, state.failing + 1, reason + hint
         state.failed_at.append(time.time())
-        print(f"[compact] the summarizer failed ({reason[:120]}){hint}; using the offline summary", file=sys.stderr)
+        code = getattr(error, "status_code", None)  # the server's own words: /context prints them, cleaned
+        said = type(error).__name__ + (f", HTTP {code}" if isinstance(code, int) else "")
+        print(f"[compact] the summarizer failed ({said}){hint}; using the offline summary", file=sys.stderr)
         if state.failing >= self.max_failures:
             state.failing, state.paused = 0, self.cooldown
         self.stood_in = "the summary model failed"  # its error stays out of the context: /context shows it

@@ -86,7 +86,10 @@ def compact_now(session: Session, focus: str | None = None, level: int = 0, log=
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what a terminal would obey, not print
+# What a terminal obeys instead of printing, each removed whole: escape sequences (CSI, OSC, string
+# commands; 7- and 8-bit, so no "[31m" is left), other control characters, bidirectional overrides.
+ESCAPE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                    r"|\x1b[ -/]*[0-~]?|[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def safe_text(text: str) -> str:
@@ -95,9 +98,14 @@ def safe_text(text: str) -> str:
     return LONE_SURROGATE.sub("\ufffd", text)
 
 
+def clean(text) -> str:
+    """Outside text (a server's words, a model's answer) as printed: the one sanitizer of the terminal."""
+    return ESCAPE.sub("", safe_text(str(text)))
+
+
 def printable(text: str, width: int) -> str:
-    """A one-line preview for the terminal: no newlines or escape sequences from the model."""
-    flat = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split())[:width + 1])
+    """A one-line preview for the terminal: clean, and no newlines or invisible characters."""
+    flat = "".join(c if c.isprintable() else " " for c in " ".join(clean(text).split())[:width + 1])
     return flat[:width] + ("…" if len(flat) > width else "")
 
 
@@ -317,7 +325,7 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
     except (json.JSONDecodeError, RecursionError) as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
     except (ToolError, OSError, ValueError) as error:  # ValueError: a NUL byte, bad UTF-8, a surrogate
-        return f"error: {error}"
+        return safe_text(f"error: {error}")
 
 
 # --- The model and one task (lesson 02) ------------------------------------------------------
@@ -394,10 +402,10 @@ def trouble(error: Exception, where: str) -> str:
     """One line that says what went wrong with the server at `where`, and what to change."""
     import openai
     if isinstance(error, openai.APIConnectionError):
-        return f"cannot reach {where} ({first_line(error.__cause__ or error, 80)}): start it or fix OPENAI_BASE_URL"
+        return f"cannot reach {where} ({printable(error.__cause__ or error, 80)}): start it or fix OPENAI_BASE_URL"
     if isinstance(error, openai.APIStatusError):
         return f"the server answered HTTP {error.status_code}: {body_line(error)}"
-    return f"the server at {where} did not answer like an OpenAI-compatible server: {first_line(error, 120)}"
+    return f"the server at {where} did not answer like an OpenAI-compatible server: {printable(error, 120)}"
 
 
 def body_line(error: Exception) -> str:
@@ -407,13 +415,8 @@ def body_line(error: Exception) -> str:
     return printable(next((line for line in lines if line.strip()), text), 200)
 
 
-def first_line(error: Exception, width: int = 160) -> str:
-    text = " ".join(str(error).split())
-    return text[:width] + ("…" if len(text) > width else "")
-
-
 def fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {clean(message)}", file=sys.stderr)
     return 1
 
 
@@ -448,7 +451,7 @@ def one_task(argv: list[str] | None = None) -> int:
         return fail(trouble(error, os.environ.get("OPENAI_BASE_URL") or "api.openai.com"))
     except KeyboardInterrupt:
         return fail("interrupted")
-    print(CONTROL.sub("", answer))
+    print(clean(answer))
     return 0
 
 
@@ -697,6 +700,18 @@ def records_root() -> Path:
     return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tiny-agent"
 
 
+def private_folder(folder: Path) -> Path:
+    """`folder`, made with every missing folder above it owner-only (0700), as the records hold
+    what the model read; the records' own root is made owner-only again if it was not."""
+    for missing in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+        with contextlib.suppress(FileExistsError):
+            missing.mkdir(mode=0o700)
+    for ours in (records_root(), folder):
+        if (ours == folder or ours in folder.parents) and stat.S_IMODE(ours.stat().st_mode) != 0o700:
+            ours.chmod(0o700)
+    return folder
+
+
 RECORDS = "is the agent's own records (sessions and archives): no tool touches them"
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 
@@ -729,7 +744,7 @@ class AgentWorkspace(Workspace):
             workspace += ["--ro-bind", "/dev/null" if made else str(env), str(env)] if writable else []
             hidden = ["--tmpfs", str(records)] if records.exists() or root in records.parents else []
             if hidden:
-                records.mkdir(mode=0o700, parents=True, exist_ok=True)
+                private_folder(records)
             box += workspace + hidden if root in records.parents else hidden + workspace
             try:
                 yield box + ["--remount-ro", "/", "--chdir", str(root), *argv]
@@ -743,6 +758,8 @@ def tool_path(ws: Workspace, relative: str, writing: bool = False) -> list[str]:
     absolute, outside, in the agent's records, or (for writing) .env or inside .git."""
     if not isinstance(relative, str) or not relative or relative.startswith("/"):
         raise ToolError(f"path {relative!r} must be relative to the workspace")
+    if "\0" in relative or LONE_SURROGATE.search(relative):  # decoded strictly: never a name made of raw bytes
+        raise ToolError(f"path {relative!r} holds a null byte or a character that is not text; nothing was read or written")
     parts: list[str] = []
     for name in relative.split("/"):
         if name == "..":
@@ -839,7 +856,7 @@ def replace_file(ws: Workspace, path: str, data: bytes) -> None:
     hard link or into a FIFO or device, never half-written."""
     parts = tool_path(ws, path, writing=True)
     folder = open_folder(ws, parts, create=True)
-    temporary = f".{parts[-1]}.{os.urandom(4).hex()}.tmp"
+    temporary, mode = f".{parts[-1]}.{os.urandom(4).hex()}.tmp", None
     try:
         with contextlib.suppress(FileNotFoundError):
             info = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False)
@@ -847,8 +864,11 @@ def replace_file(ws: Workspace, path: str, data: bytes) -> None:
                 raise ToolError(f"{path} is not a regular file")
             if info.st_nlink > 1 and is_record(info):
                 raise ToolError(f"{path} {RECORDS} (a hard link to one)")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+            mode = stat.S_IMODE(info.st_mode)  # a file keeps its mode: 0600 stays private, 0755 runs
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=folder)
         with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.fchmod(f.fileno(), mode)
             f.write(data)
         os.replace(temporary, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
     finally:
@@ -1056,7 +1076,7 @@ def served(session: Session, model: Callable, log=print) -> Callable:
                 if counted is None:
                     raise
                 refused.add(json.dumps(session.messages, sort_keys=True, default=str))
-                log(f"[compact] the server refused the request as too long ({' '.join(str(error).split())[:160]})")
+                log(f"[compact] the server refused the request as too long ({printable(error, 160)})")
                 if counted:  # the truth about this request's size calibrates what comes next
                     strategy.usage = (list(session.messages), counted)
             while json.dumps(session.messages, sort_keys=True, default=str) in refused:
@@ -1173,6 +1193,16 @@ def check_base_url(url: str) -> None:
                           "(for example http://localhost:11434/v1 for Ollama)")
 
 
+FROM_ENV_FILE: set[str] = set()  # the settings .env gave (the shell's environment wins over it)
+
+
+def setting(name: str) -> str:
+    """Where the user changes setting `name`: .env, unless the shell's environment set it (a value
+    there wins over .env, so changing .env would change nothing)."""
+    shell = name in os.environ and name not in FROM_ENV_FILE
+    return f"{name} in your shell's environment (it overrides .env)" if shell else f"{name} in .env"
+
+
 def strict_env() -> Path | None:
     """Layer 1's load_env, with a line python-dotenv cannot parse refused in one line instead of
     skipped with a warning. Returns the file read."""
@@ -1182,7 +1212,10 @@ def strict_env() -> Path | None:
         wrong = [b.original for b in parse_stream(stream) if b.error]
     if wrong:
         raise ConfigError(f"{found}:{wrong[0].line}: cannot read {wrong[0].string.strip()!r}; write it as KEY=value")
-    return load_env(found)
+    before = set(os.environ)
+    load_env(found)
+    FROM_ENV_FILE.update(set(os.environ) - before)
+    return found
 
 
 # --- Sessions: the agent's records live outside the workspace, saved after every turn --------
@@ -1192,10 +1225,8 @@ def records_folder(ws_root: Path, label: str = "") -> Path:
     """Where the session file and the archive of one workspace live: in records_root(), which no
     tool touches and no sandboxed command sees."""
     root = ws_root.resolve()
-    key = hashlib.sha256(str(root).encode()).hexdigest()[:10]
-    folder = records_root() / "-".join(filter(None, [root.name or "root", key, label]))
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+    key = hashlib.sha256(os.fsencode(root)).hexdigest()[:10]
+    return private_folder(records_root() / "-".join(filter(None, [safe_text(root.name) or "root", key, label])))
 
 
 def new_session(config: Config, summarize: Callable | None = None, archive_dir=None,
@@ -1209,56 +1240,131 @@ def new_session(config: Config, summarize: Callable | None = None, archive_dir=N
     return Session([{"role": "system", "content": SYSTEM_PROMPT}], compaction, config.max_iterations)
 
 
-def save_session(session: Session, config: Config, path: Path) -> Path:
+SESSION_LIMIT = 64 << 20  # bytes: a session file larger than this is not one the agent wrote
+KEEP_SESSIONS = 20  # session files kept per workspace, the newest; older ones go, with their archives
+
+
+def save_session(session: Session, config: Config, path: Path) -> Path | None:
     """Write the history, the strategy and the compaction's state to this run's own file,
-    atomically (a crash leaves the old file whole), owner-only. No setting or key is written."""
+    atomically (a crash leaves the old file whole), owner-only. No setting or key is written. A
+    write that fails (a full disk) leaves the last good file and no temporary one, in one line."""
     c = session.compaction
     data = {"version": 2, "strategy": c.name, "messages": session.messages,
             "state": asdict(c.state) if c.state is not None else None,
             "archive": str(c.archive.path) if c.archive is not None else None}
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".session-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    return path
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        return path
+    except OSError as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        print(f"[session] could not save {path.name} ({error.strerror}): "
+              + ("the last saved copy stays" if path.exists() else "nothing is saved yet") + "; the run goes on")
+        return None
 
 
 def saved_sessions(folder: Path) -> list[Path]:
     """The sessions saved for this workspace, one file a run, the last saved last."""
-    return sorted(folder.glob("session*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name))
+    return sorted(folder.glob("session*.json"), key=lambda p: (p.lstat().st_mtime_ns, p.name))
 
 
-def start_records(folder: Path, resume: bool) -> tuple[Path, dict | None]:
-    """This run's own session file (never one saved before) and the saved session to continue; a
-    lock on the records, held until the process exits (its descriptor is never closed); one line
-    when a saved session is not continued or another agent holds the lock."""
-    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+def start_records(folder: Path, resume: str | bool) -> tuple[Path, dict | None]:
+    """This run's own session file (never one saved before) and the saved session to continue
+    (`resume`: True for the newest, or a file's name); a lock on the records, held until the
+    process exits (its descriptor is never closed); one line when a saved session is not continued,
+    when others could be, or when another agent holds the lock."""
+    lock = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        prune_sessions(folder)
     except BlockingIOError:
         os.close(lock)
         print("[session] another agent is using this workspace's session: this run is saved in a file of its own")
-    saved = read_session(folder) if resume else None
-    earlier = [] if resume else saved_sessions(folder)
-    if earlier:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(earlier[-1].stat().st_mtime))
-        print(f"[session] this workspace has a session saved at {when}: it is kept, and --resume continues it")
+    sessions = saved_sessions(folder)
+    saved = read_session(chosen_session(sessions, resume, folder)) if resume else None
+    if sessions and not resume:
+        print(f"[session] this workspace has a session saved at {saved_at(sessions[-1])}: it is kept, and "
+              "--resume continues it")
     return folder / f"session-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json", saved
 
 
-def read_session(folder: Path) -> dict:
-    """The session saved last, checked through before anything uses it; a damaged file gets one
-    line naming the file and what is wrong, and is left as it is."""
-    sessions = saved_sessions(folder)
+def saved_at(path: Path) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(path.lstat().st_mtime))
+
+
+def chosen_session(sessions: list[Path], resume: str | bool, folder: Path) -> Path:
+    """The session --resume names (a file of this workspace's records), or the newest; the line
+    that says which, and the others --resume NAME can continue."""
     if not sessions:
         raise ConfigError(f"no saved session for this workspace (in {folder}); run without --resume first")
-    path = sessions[-1]
+    named = [p for p in sessions if resume in (p.name, p.stem)] if isinstance(resume, str) else sessions[-1:]
+    if not named:
+        raise ConfigError(f"--session {resume}: no such session of this workspace; the saved ones: "
+                          + ", ".join(p.name for p in reversed(sessions[-5:])))
+    others = [p for p in reversed(sessions) if p != named[0]]
+    print(f"[session] continuing {named[0].name} (saved at {saved_at(named[0])})" + (
+        f"; {len(others)} other{'s' * (len(others) != 1)}, newest first: "
+        + ", ".join(f"{p.name} ({saved_at(p)})" for p in others[:5]) + ("…" if len(others) > 5 else "")
+        + "; --session NAME continues one" if others else ""))
+    return named[0]
+
+
+def prune_sessions(folder: Path, keep: int = KEEP_SESSIONS) -> None:
+    """The newest `keep` session files of this workspace stay, this run's among them; older ones go,
+    each with the archive no kept session names, in one line."""
+    sessions = saved_sessions(folder)
+    old, kept = sessions[:len(sessions) - keep + 1], sessions[len(sessions) - keep + 1:]
+    if not old:
+        return
+    named = {archive_of(p) for p in kept}
+    for p in old:
+        for gone in (p, archive_of(p)):
+            if gone is not None and gone not in named:
+                with contextlib.suppress(FileNotFoundError):
+                    gone.unlink()
+    print(f"[session] removed {len(old)} session{'s' * (len(old) != 1)} of this workspace older than the newest {keep}, "
+          "with their archives (KEEP_SESSIONS in tiny_agent.py)")
+
+
+def archive_of(path: Path) -> Path | None:
+    """The archive a session file names, when it is this workspace's own (archive/ beside it)."""
+    with contextlib.suppress(ConfigError, OSError, ValueError, TypeError):
+        named = Path(json.loads(read_record(path))["archive"])
+        return named if named.parent == path.parent / "archive" else None
+    return None
+
+
+def read_record(path: Path, limit: int = SESSION_LIMIT) -> str:
+    """A file of the agent's records read like any outside input: a regular file only (a symbolic
+    link, a FIFO or a device is refused, never followed or waited on), at most `limit` bytes."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        raise ConfigError(f"{path} cannot be read ({'a symbolic link' if error.errno == errno.ELOOP else error.strerror})"
+                          "; move it away") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        raise ConfigError(f"{path} is " + (f"{info.st_size:,} bytes, more than a session holds ({limit:,})"
+                          if stat.S_ISREG(info.st_mode) else "not a regular file") + "; move it away")
+    with open(fd, "rb") as f:
+        return f.read(limit).decode("utf-8")
+
+
+def read_session(path: Path) -> dict:
+    """A saved session, checked through before anything uses it; a damaged file gets one line
+    naming the file and what is wrong, and is left as it is."""
+    try:
+        data = json.loads(read_record(path))
         if not isinstance(data, dict):
             raise TypeError(f"it holds a {type(data).__name__}, not an object")
+        if data.get("version", 2) not in (1, 2):  # 1: the first format, which version 2 reads whole
+            raise ValueError(f"it is version {data.get('version')!r} of the format; this agent reads 1 and 2")
         check_messages(data.get("messages"))  # a list of dicts, each with a role a server knows
         for i, m in enumerate(data["messages"]):
             check_saved(i, m)
@@ -1267,8 +1373,8 @@ def read_session(folder: Path) -> dict:
         data["state"] = saved_state(data.get("state"))
         if not isinstance(data.get("archive") or "", str):
             raise TypeError("archive is not a path")
-    except (OSError, ValueError, TypeError, ServerReplyError) as error:
-        raise ConfigError(f"{path} is damaged and was left untouched ({first_line(error, 100)}); move it away "
+    except (ValueError, TypeError, RecursionError, ServerReplyError) as error:  # UnicodeDecodeError is a ValueError
+        raise ConfigError(f"{path} is damaged and was left untouched ({printable(error, 100)}); move it away "
                           "to start afresh") from None
     return data
 
@@ -1371,12 +1477,13 @@ def repl(session: Session, config: Config, model: Callable, ws: Workspace, path:
         line = line.strip()
         if not line:
             continue
-        word = line.split()[0]
-        if word in COMMANDS or (re.fullmatch(r"/\w*", word) and "\n" not in line):  # a typo: asked about
+        word, lines = line.split()[0], line.strip().count("\n") + 1
+        if lines == 1 and (word in COMMANDS or re.fullmatch(r"/\w*", word)):  # a typo: asked about
             config, done = command(session, config, line, ws)
-        else:  # a paste, or a path, that starts with "/" is a question
+        else:  # a paste (sent whole), or a path, that starts with "/" is a question
             if line.startswith("/"):
-                print(f"[repl] {line.split()[0][:40]} is not a command: sent as a question")
+                print(f"[repl] {printable(word, 40)} is not a command: sent as a question" if lines == 1 else
+                      f"[repl] a paste of {lines} lines that starts with {printable(word, 40)}: sent whole, as a question")
             done = turn(session, config, line, model, ws)
         if path is not None and len(session.messages) > 1:
             save_session(session, config, path)  # after every turn and command, /compact and /strategy too
@@ -1390,16 +1497,16 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
     import openai
     size = len(session.messages)
     try:
-        print(f"agent> {CONTROL.sub('', run_agent(session, question, model, ws)) or EMPTY}")
+        print(f"agent> {clean(run_agent(session, question, model, ws)) or EMPTY}")
     except KeyboardInterrupt:  # the question stays, marked, so the next one is not merged into it
         if session.messages[-1].get("role") == "user":
             session.messages.append({"role": "assistant", "content": "[interrupted by the user before an answer]"})
         print("\n[interrupted] the turn was stopped; the question stays in the history, marked as interrupted")
-    except (openai.OpenAIError, ServerReplyError, ContextOverflowError) as error:
+    except (openai.OpenAIError, ServerReplyError, ContextOverflowError, OSError) as error:
         if len(session.messages) == size + 1 and session.messages[-1].get("role") == "user":
             session.messages.pop()  # unanswered: ↑ brings the question back to send it again
-        close_turn(session.messages, f"[this turn ended with an error: {first_line(error, 120)}]")
-        print(f"error: {diagnose(error, config)}")
+        close_turn(session.messages, f"[this turn ended with an error: {printable(error, 120)}]")
+        print(f"error: {clean(unwritable(error) if isinstance(error, OSError) else diagnose(error, config))}")
     return False
 
 
@@ -1422,7 +1529,7 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         except KeyboardInterrupt:
             print("\n[interrupted] the compaction was stopped; the history is as it was")
         except ContextOverflowError as error:
-            print(f"error: {error}")
+            print(f"error: {clean(error)}")
     elif name == "/strategy" and rest.strip() in STRATEGIES:
         config, old = replace(config, strategy=rest.strip()), session.compaction
         session.compaction = replace(make_compaction(config, archive=old.archive, ws=ws), usage=old.usage,
@@ -1467,7 +1574,7 @@ def context_meter(session: Session, config: Config, width: int = 40) -> str:
         lines.append(f"  {kind:<19} {size:>8,}  {'█' * round(width * size / window)}")
     mark = round(width * share)
     lines.append(f"  {'':<19} {'':>8}  {'·' * mark}▲ trigger{' ' * max(0, width - mark - 10)}| window")
-    return "\n".join(lines + ["[stats] " + compaction_stats(c.state, c.compactor.guard)])
+    return "\n".join(lines + ["[stats] " + clean(compaction_stats(c.state, c.compactor.guard))])  # a server's words
 
 
 # --- The command line: the offline demo, one task, or a REPL ---------------------------------
@@ -1486,7 +1593,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="with --demo: a REPL driven by the demo model, on a temporary copy")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
     p.add_argument("--yes", action="store_true", help="run every command without asking, not only the known read-only ones")
-    p.add_argument("--resume", action="store_true", help="continue the session saved for this workspace")
+    p.add_argument("--resume", action="store_true", help="continue the session saved last for this workspace")
+    p.add_argument("--session", metavar="NAME", help="continue this saved session of the workspace (--resume lists them)")
     p.add_argument("--precise-tools", help="comma-separated tools whose results are never compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
@@ -1515,7 +1623,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = records_folder(workspace)
         ws = AgentWorkspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal,
                             timeout=config.bash_timeout)
-        path, saved = start_records(folder, args.resume)
+        path, saved = start_records(folder, args.session or args.resume)
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])  # resume what the session chose
         session = new_session(config, archive_dir=folder / "archive", ws=ws)
@@ -1544,6 +1652,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `python tiny_agent.py ... | head`: the reader left, nothing to say
         sys.stdout = None
         return 0
+    except OSError as error:  # the records cannot be written: a full disk, a read-only home
+        return fail(unwritable(error))
+
+
+def unwritable(error: OSError) -> str:
+    return (f"cannot write {error.filename or 'the records'} ({error.strerror}): free some space or fix its "
+            "permissions; the last saved session stays, and --resume continues it")
 
 
 def saving(model: Callable, session: Session, config: Config, path: Path) -> Callable:
@@ -1571,13 +1686,13 @@ def diagnose(error: Exception, config: Config) -> str:
     if isinstance(error, openai.APIConnectionError):
         return connection_trouble(error, where) or trouble(error, where)
     if isinstance(error, openai.AuthenticationError):
-        return "the server refused the API key: set OPENAI_API_KEY in .env"
+        return f"the server refused the API key: set {setting('OPENAI_API_KEY')}"
     if isinstance(error, openai.APIStatusError) and PERMANENT.search(str(error)):
-        return (f"the server refuses requests with tools ({first_line(error, 80)}): restart llama-server with "
+        return (f"the server refuses requests with tools ({printable(error, 80)}): restart llama-server with "
                 "--jinja, or use a server and model whose chat template renders tools")
     if isinstance(error, openai.NotFoundError):
         if re.search(r"model", str(error), re.I) and not re.search(r"File Not Found|<html|Cannot POST", str(error)):
-            return f"the server has no model {config.model!r}: set MODEL in .env"
+            return f"the server has no model {config.model!r}: set {setting('MODEL')}"
         return (f"the server at {where} has no chat endpoint there (HTTP 404): OPENAI_BASE_URL usually ends "
                 f"in /v1, for example {root}")
     if isinstance(error, openai.RateLimitError):
@@ -1587,7 +1702,7 @@ def diagnose(error: Exception, config: Config) -> str:
     if isinstance(error, ServerReplyError):
         hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({root})"
         return trouble(error, where) + hint
-    return trouble(error, where) if isinstance(error, openai.OpenAIError) else first_line(error, 300)
+    return trouble(error, where) if isinstance(error, openai.OpenAIError) else printable(error, 300)
 
 
 def api_root(url: str) -> str:
@@ -1604,7 +1719,8 @@ def connection_trouble(error: Exception, where: str) -> str | None:
     if any(isinstance(e, ssl.SSLError) for e in causes):
         return f"{where} does not speak https (it may be plain HTTP): try http:// in OPENAI_BASE_URL"
     if any(isinstance(e, ConnectionRefusedError) for e in causes):
-        return f"nothing answers at {where} (connection refused): start the server or fix OPENAI_BASE_URL in .env"
+        return (f"nothing answers at {where} (connection refused): start the server or fix "
+                f"{setting('OPENAI_BASE_URL')}")
     if any(type(e).__name__ in ("RemoteProtocolError", "ReadError") for e in causes):
         return (f"the server at {where} dropped the connection before its reply was whole, twice: see the server's "
                 "log (did it crash or restart?), then ask again")
@@ -1755,7 +1871,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
     with demo_copy() as folder:
         ws = AgentWorkspace(folder)
         records = records_folder(HERE, label="demo")
-        path, saved = start_records(records, args.resume)
+        path, saved = start_records(records, args.session or args.resume)
         if saved and not args.strategy:
             config = replace(config, strategy=saved["strategy"])
         session = new_session(config, summarize_extractive, archive_dir=records / "archive", ws=ws)
@@ -1788,7 +1904,7 @@ def run_demo(config: Config, log=print) -> Session:
 
 
 def finish(session: Session, answer: str, log=print) -> None:
-    log(f"[answer] {CONTROL.sub('', answer) or EMPTY}\n")
+    log(f"[answer] {clean(answer) or EMPTY}\n")
     c = session.compaction
     if c.compactions:  # the chart shows the teeth; without a compaction there are none
         log(sawtooth_chart(c.sent))

@@ -689,7 +689,7 @@ def test_a_session_file_that_is_a_folder_gets_one_line_and_is_left_there(server,
     script = Script(server)
     (records(workspace) / "session.json").mkdir()
     result = run_agent(["--workspace", str(workspace), "--resume", "go on"], agent_env(script.base_url), tmp_path / "cwd")
-    assert_one_line_error(result, "session.json is damaged and was left untouched", "Is a directory")
+    assert_one_line_error(result, "session.json is not a regular file", "move it away")
     assert (records(workspace) / "session.json").is_dir() and script.turns == []
 
 
@@ -830,9 +830,21 @@ def test_a_line_that_starts_with_a_slash_but_is_no_command_is_a_question(server,
     assert messages_of(script.turns[0])[-1]["content"] == "/usr/bin/python3 says: No module named foo"
     assert "unknown command /hlep" in t.ask("/hlep") and len(script.turns) == 1  # a one-word typo is asked about
     t.send("/tmp/build.log:3: error: x\nwhat does this mean?")  # a paste: its first line is no command
-    t.expect("[repl] /tmp/build.log:3: is not a command: sent as a question")
+    t.expect("[repl] a paste of 2 lines that starts with /tmp/build.log:3:: sent whole, as a question")
     t.expect("agent> ")
     assert messages_of(script.turns[1])[-1]["content"] == "/tmp/build.log:3: error: x\nwhat does this mean?"
+    quit_cleanly(t)
+
+
+@pytest.mark.parametrize("paste", ["/compact\nplease keep the logs", "/help me\nsecond line", "/exit\nand more"])
+def test_a_paste_of_several_lines_is_a_question_even_when_it_starts_with_a_command(server, terminal, paste):
+    """Issue 37, item 6: only one line can be a command; a paste is sent whole, and says so."""
+    script = Script(server, [chat_response("ABOUT-THE-PASTE")])
+    t = terminal(script)
+    t.send(paste)
+    t.expect(f"[repl] a paste of 2 lines that starts with {paste.split()[0]}: sent whole, as a question")
+    t.expect("agent> ABOUT-THE-PASTE")
+    assert messages_of(script.turns[0])[-1]["content"] == paste
     quit_cleanly(t)
 
 
@@ -841,7 +853,7 @@ def test_an_empty_answer_says_so_and_escape_sequences_do_not_reach_the_terminal(
     t = terminal(script)
     assert "agent> (the model's answer was empty)" in t.ask("first")
     shown = t.ask("second")
-    assert "agent> [2J]0;pwnedRED[0m" in shown and "\x1b" not in shown.split("agent> ")[-1]
+    assert "agent> RED\r\n" in shown and "\x1b" not in shown.split("agent> ")[-1]  # no "[2J]0;pwned[0m" left
     quit_cleanly(t)
 
 
