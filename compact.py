@@ -781,39 +781,50 @@ def cut_request(engine: Compactor, messages: list[dict], effective: int) -> list
                     {id(m) for m in messages if m is not latest})
 
 
-def cut_text(text: str, tokens: int, why: str = "", lines: tuple[int, int] = (40, 40)) -> str:
+def cut_text(text: str, tokens: int, why: str = "", lines: tuple[int, int] = (40, 40),
+             matters: re.Pattern | None = None) -> str:
     """The one cutter: a text longer than `lines` keeps its first and last lines, one over `tokens`
-    the first and last characters that fit; the error lines of the part cut stay (the first 5 and
-    the last 15), and a marker says how much was cut and why. The text itself when it is within
-    both; the caller archives the whole (lessons 03, 06)."""
-    note, rows, (head, tail) = f": {why}" if why else "", text.split("\n"), lines
+    the first and last characters that fit; the lines that matter of the part cut stay (`matters`:
+    an output's error lines by default, a user's rules for their words; the first 5 and the last
+    15), and a marker says how much was cut and why. The text itself when it is within both; the
+    caller archives the whole (lessons 03, 06)."""
+    note, rows, (head, tail), matters = f": {why}" if why else "", text.split("\n"), lines, matters or ERROR_LINE
     if len(rows) > head + tail:
         middle = rows[head:len(rows) - tail]
-        errors = [row[:300] for row in middle if ERROR_LINE.search(row)]
-        errors = errors if len(errors) <= 20 else errors[:5] + errors[-15:]  # the first errors and the last
-        marker = f"[… {len(middle) - len(errors):,} lines cut{note} …]"
-        text = "\n".join([*rows[:head], marker, *errors, *rows[len(rows) - tail:]])
+        kept = [row[:300] for row in middle if matters.search(row)]
+        kept = kept if len(kept) <= 20 else kept[:5] + kept[-15:]  # the first of them and the last
+        marker = f"[… {len(middle) - len(kept):,} lines cut{note} …]"
+        text = "\n".join([*rows[:head], marker, *kept, *rows[len(rows) - tail:]])
     if text_tokens(text) <= tokens:
         return text
-    # a few enormous lines: the head and tail characters that fit, and the error lines between them
-    errors = "".join(row[:300] + "\n" for row in text.split("\n") if ERROR_LINE.search(row))
-    errors = errors[-min(2_000, tokens * 3 // 2):]
-    half = min(len(text) // 2, max(50, (tokens * 3 - len(errors)) // 2))  # about three characters a token,
-    while half > 50 and text_tokens(text[:half] + errors + text[-half:]) + 20 > tokens:  # measured
+    # a few enormous lines: the head and tail characters that fit, and the lines that matter between them
+    kept = "".join(row[:300] + "\n" for row in text.split("\n") if matters.search(row))
+    kept = kept[-min(2_000, tokens * 3 // 2):]
+    half = min(len(text) // 2, max(50, (tokens * 3 - len(kept)) // 2))  # about three characters a token,
+    while half > 50 and text_tokens(text[:half] + kept + text[-half:]) + 20 > tokens:  # measured
         half = int(half * 0.8)
-    return f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut{note} …]\n{errors}{text[len(text) - half:]}"
+    return f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut{note} …]\n{kept}{text[len(text) - half:]}"
+
+
+def is_cut_of(cut: str, text: str) -> bool:
+    """`cut` is the one cutter's cut of `text`: shorter, with its head and its tail (a latest request
+    kept as a cut message is not quoted again below the summary)."""
+    edge = 60  # the cutter keeps far more than this of each end of a text it cuts (over 100 tokens)
+    return len(text) > 4 * edge and len(cut) < len(text) and cut.startswith(text[:edge]) and cut.endswith(text[len(text) - edge:])
 
 
 def cut_over(messages: list[dict], over: int, why: str = "", keep: set[int] = frozenset(), to: int | None = None,
              lines: tuple[int, int] = (40, 40)) -> list[dict]:
     """Every message whose text passes `over` tokens, but those whose id is in `keep`, cut to `to`
-    tokens (`over` by default) by the one cutter; `why` may name the size it had as {n}. The input
-    itself when nothing is that large; the caller archives what changed."""
+    tokens (`over` by default) by the one cutter, a user's rules kept from the part cut; `why` may
+    name the size it had as {n}. The input itself when nothing is that large; the caller archives
+    what changed."""
     out = list(messages)
     for i, m in enumerate(messages):
         n = text_tokens(content_text(m)) if id(m) not in keep else 0
         if n > over:
-            out[i] = {**m, "content": cut_text(content_text(m), to or over, why.format(n=n), lines)}
+            matters = CONSTRAINT if m.get("role") == "user" else None
+            out[i] = {**m, "content": cut_text(content_text(m), to or over, why.format(n=n), lines, matters)}
     return messages if all(a is b for a, b in zip(out, messages)) else out
 
 
@@ -1164,9 +1175,9 @@ def user_notes(state: "CompactState", kept: list[dict], budget: int, archived: b
     where = "the archive holds it whole" if archived else ""
 
     def verbatim(title: str, text: str, whole: bool) -> str:
-        if not text or any(text in x for x in shown):
+        if not text or any(text in x or is_cut_of(x, text) for x in shown):
             return ""
-        return f"{title}\n{fenced(text if whole or text_tokens(text) <= budget else cut_text(text, budget, where, (10, 10)))}"
+        return f"{title}\n{fenced(text if whole or text_tokens(text) <= budget else cut_text(text, budget, where, (10, 10), CONSTRAINT))}"
     task = verbatim(TASK_NOTE, state.task, False)
     latest = verbatim(LATEST_NOTE, state.latest, whole) if state.latest != state.task else ""
     others = newest_within((x for x in reversed(state.said) if x not in (state.task, state.latest)
@@ -1942,8 +1953,8 @@ def cannot(engine: Compactor, messages: list[dict], usage) -> ContextOverflowErr
     """Asked to compact harder than as far as it goes, or to compact under a policy with no steps."""
     tokens = request_tokens(messages, usage, engine.fixed_tokens)
     if not engine.layers:
-        return ContextOverflowError(f"the history (~{tokens:,} tokens) no longer fits the window and --strategy "
-                                    f"{engine.policy} does not compact: choose another")
+        return ContextOverflowError(f"the history (~{tokens:,} tokens) no longer fits the window and the "
+                                    f"strategy {engine.policy} does not compact: choose another")
     return ContextOverflowError(f"the request still does not fit the window after compacting it as far as it goes "
                                 f"(~{tokens:,} tokens, {engine.policy}); raise the server's context size and "
                                 "CONTEXT_WINDOW, or shorten the latest message")

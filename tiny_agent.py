@@ -307,6 +307,19 @@ TOOL_SCHEMAS = [{"type": "function", "function": {"name": "bash", "description":
                                                                               "the command"}}, "required": ["command"]}}}]
 
 
+SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD)$")  # a setting whose value is a secret
+
+
+def own_secrets_masked(output: str) -> str:
+    """A tool's output with the value of each of the agent's own secrets masked (OPENAI_API_KEY, any
+    setting named *KEY, *TOKEN, *SECRET or *PASSWORD), so `cat .env` never carries one into the
+    history, and so never to the server, the session file or the archive."""
+    for name, value in os.environ.items():
+        if SECRET_NAME.search(name) and len(value) >= 8:
+            output = output.replace(value, f"[{name} masked]")
+    return output
+
+
 def run_tool(ws: Workspace, name: str, arguments: str) -> str:
     """Run one call; every failure becomes a result the model can read, and the loop goes on."""
     try:
@@ -321,7 +334,7 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
             raise ToolError(f"wrong arguments for {name}: {error}") from None
         if any(not isinstance(v, str) for v in args.values()):
             raise ToolError(f"the arguments of {name} must be strings")
-        return safe_text(TOOLS[name](ws, **args))
+        return safe_text(own_secrets_masked(TOOLS[name](ws, **args)))
     except (json.JSONDecodeError, RecursionError) as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
     except (ToolError, OSError, ValueError) as error:  # ValueError: a NUL byte, bad UTF-8, a surrogate
@@ -585,62 +598,72 @@ def shown(sent) -> str:
 
 # A refusal that no retry can change: it is not sent again.
 PERMANENT = re.compile(r"requires --jinja|tools param requires|does not support tools", re.I)
-RETRY_BOUND = 60  # seconds: the longest wait a server's Retry-After gets before one more try
+RETRY_BOUND = 60  # seconds: what a server's Retry-After may ask for in all before the agent gives up
+RETRY_TRIES = 8  # and at most this many tries of one request (a server that asks for 0 s forever)
 
 
-def retried_once(call: Callable, log=print) -> Callable:
+def retried(call: Callable, log=print) -> Callable:
     """A request that failed for a passing reason (a timeout, a dropped connection, HTTP 429 or 5xx)
-    is sent once more, after the wait its Retry-After asks (up to RETRY_BOUND, shown; Ctrl-C cancels
-    it), as the openai client would; a refusal that will not change is not (llama-server --no-jinja
-    answers HTTP 500 to every request with tools)."""
+    is sent again after the wait its Retry-After asks, while those waits stay within RETRY_BOUND in
+    all (each shown; Ctrl-C cancels it), as the openai client would; without a Retry-After it is sent
+    once more. A refusal that will not change is not (llama-server --no-jinja answers HTTP 500 to
+    every request with tools)."""
     import openai
 
-    def once_more(messages: list[dict], tools: list[dict]) -> dict:
-        try:
-            return call(messages, tools)
-        except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as error:
-            wait = asked_wait(error)
-            if PERMANENT.search(str(error)) or wait > RETRY_BOUND:
-                raise
-            if wait:
-                log(f"[retry] the server asks to wait {wait:g} s (HTTP {error.status_code}): waiting, Ctrl-C cancels")
-                time.sleep(wait)
-            return call(messages, tools)
-    return once_more
+    def with_retries(messages: list[dict], tools: list[dict]) -> dict:
+        waited, tries = 0.0, 1
+        while True:
+            try:
+                return call(messages, tools)
+            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as error:
+                wait = asked_wait(error)
+                again = tries < RETRY_TRIES and (wait is not None or tries == 1)
+                if PERMANENT.search(str(error)) or not again or waited + (wait or 0) > RETRY_BOUND:
+                    raise
+                if wait:
+                    log(f"[retry] the server asks to wait {wait:g} s (HTTP {error.status_code}): waiting, "
+                        "Ctrl-C cancels")
+                    time.sleep(wait)
+                waited, tries = waited + (wait or 0), tries + 1
+    return with_retries
 
 
-def asked_wait(error: Exception) -> float:
-    """The seconds a server's Retry-After header asks for (a number or an HTTP date); 0 without one."""
+def asked_wait(error: Exception) -> float | None:
+    """The seconds a server's Retry-After header asks for (a number or an HTTP date); None without one."""
     from email.utils import parsedate_to_datetime
     response = getattr(error, "response", None)
-    value = response.headers.get("retry-after", "") if response is not None else ""
+    value = response.headers.get("retry-after") if response is not None else None
+    if value is None:
+        return None
     try:
         return max(0.0, float(value))
     except ValueError:
         with contextlib.suppress(TypeError, ValueError):
             return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    return 0.0
+    return None
 
 
-def server_model(config: Config, log=print) -> Callable:
+def server_model(config: Config, log=print, reserve: Callable[[], int] | None = None) -> Callable:
     """The model for a real server: the history normalised (outgoing), every reply read whole,
-    max_tokens as the budget reserved (max_completion_tokens from the first time a server asks for
-    it, as OpenAI's reasoning models do), a passing failure sent once more, the seconds while it
-    thinks, and one line when the server's count shows the tools were dropped."""
+    max_tokens as the budget reserves now (`reserve`: less once a refusal names a smaller window;
+    max_completion_tokens from the first time a server asks for it, as OpenAI's reasoning models
+    do), a passing failure sent once more, the seconds while it thinks, and one line when the
+    server's count shows the tools were dropped."""
     import openai
-    client, request = make_client(config.timeout, max_retries=0), {"max_tokens": config.reserved_output}
+    client, limit = make_client(config.timeout, max_retries=0), ["max_tokens"]
+    reserve = reserve or (lambda: config.reserved_output)
     warned: list[bool] = []  # the dropped-tools line is said once a session
 
     def ask(messages: list[dict], tools: list[dict]) -> dict:
         try:
-            return openai_model(client, config.model, read_whole_reply, **request)(
+            return openai_model(client, config.model, read_whole_reply, **{limit[0]: reserve()})(
                 outgoing(messages, config.send_reasoning), tools)
         except openai.BadRequestError as error:
-            if "max_completion_tokens" not in str(error) or "max_tokens" not in request:
+            if "max_completion_tokens" not in str(error) or limit[0] != "max_tokens":
                 raise
-            request["max_completion_tokens"] = request.pop("max_tokens")
+            limit[0] = "max_completion_tokens"
             return ask(messages, tools)
-    model = retried_once(ask, log)
+    model = retried(ask, log)
 
     def call(messages: list[dict], tools: list[dict]) -> dict:
         with waiting():
@@ -1015,9 +1038,10 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
 
 
 def current_text(ws: Workspace, path: str, max_chars: int = 20_000) -> str | None:
-    """A file's current text for the engine to re-attach after a compaction, or None."""
+    """A file's current text for the engine to re-attach after a compaction, or None; the agent's
+    own secrets masked, as in every tool's output."""
     try:
-        return whole_text(ws, path, max_chars)
+        return own_secrets_masked(whole_text(ws, path, max_chars))
     except (ToolError, OSError, ValueError):
         return None
 
@@ -1066,7 +1090,12 @@ def served(session: Session, model: Callable, log=print) -> Callable:
     its size (pi-mono and Claude Code do the same)."""
     def call(messages: list[dict], tools: list[dict]) -> dict:
         refused, level, strategy = set(), 0, session.compaction
+
+        def request(room: bool = True) -> str:  # what was sent: the messages and the room asked for the reply
+            return json.dumps([session.messages, room and strategy.compactor.budget.reserved_output], sort_keys=True,
+                              default=str)
         while True:
+            sent = request()
             try:
                 reply = dict(model(session.messages, tools))
                 break
@@ -1075,11 +1104,13 @@ def served(session: Session, model: Callable, log=print) -> Callable:
                 # not a "too long" refusal
                 if counted is None:
                     raise
-                refused.add(json.dumps(session.messages, sort_keys=True, default=str))
+                refused.add(sent)
                 log(f"[compact] the server refused the request as too long ({printable(error, 160)})")
                 if counted:  # the truth about this request's size calibrates what comes next
                     strategy.usage = (list(session.messages), counted)
-            while json.dumps(session.messages, sort_keys=True, default=str) in refused:
+                if counted >= strategy.compactor.budget.context_window:  # the messages alone: no smaller reply fits
+                    refused.add(request(room=False))
+            while {request(), request(room=False)} & refused:  # a smaller window the refusal named: a new request
                 level += 1  # the compaction raises once it has no harder level left
                 compact_now(session, level=level, log=log)
         counted = reply.pop("usage", None)
@@ -1586,11 +1617,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = parser("one task to run; without it, a REPL (or the demo with no model)")
     p.add_argument("--strategy", choices=list(STRATEGIES), metavar="NAME",
                    help=f"how to compact: {', '.join(STRATEGIES)} (default: sawtooth)")
-    p.add_argument("--preset", dest="strategy", choices=list(STRATEGIES), metavar="NAME",
-                   help="the same as --strategy, for a design document's preset (evo-agent, five-layer, ...)")
+    p.add_argument("--preset", choices=list(STRATEGIES), metavar="NAME",
+                   help="the same as --strategy, by the name a design document gives its preset")
     p.add_argument("--demo", action="store_true", help="run the offline demo model, even if a model is configured")
     p.add_argument("--repl", action="store_true",
-                   help="with --demo: a REPL driven by the demo model, on a temporary copy")
+                   help="a REPL even with a task (its first question); with --demo: one driven by the demo model")
     p.add_argument("--workspace", default=".", help="the folder the tools may touch (default: .)")
     p.add_argument("--yes", action="store_true", help="run every command without asking, not only the known read-only ones")
     p.add_argument("--resume", action="store_true", help="continue the session saved last for this workspace")
@@ -1600,7 +1631,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
     p.add_argument("--threshold", type=int, help=f"sawtooth: compact above this many messages (default: {THRESHOLD})")
     p.add_argument("--keep-recent", type=int, help=f"sawtooth: messages kept whole (default: {KEEP_RECENT})")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.strategy and args.preset and args.strategy != args.preset:
+        p.error(f"--strategy {args.strategy} and --preset {args.preset} name two strategies: give one")
+    args.strategy = args.strategy or args.preset
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1633,15 +1668,15 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" (the session was saved with {saved['strategy']}; its state starts afresh)"
                      if saved["strategy"] != config.strategy else ""))
         print(f"[shell] {shell_mode(ws)}")
-        model = server_model(config)
-        if args.task:
+        model = server_model(config, reserve=lambda: session.compaction.compactor.budget.reserved_output)
+        if args.task and not args.repl:
             try:  # saved before every request, and at the end whatever the end: an answer, an error, Ctrl-C
                 answer = run_agent(session, args.task, saving(model, session, config, path), ws)
             finally:
                 save_session(session, config, path)
             finish(session, answer)
             return 3 if answer == stopped(session.max_iterations) else 0
-        repl(session, config, model, ws, path)
+        repl(session, config, model, ws, path, asked_first(args.task) if args.task else read_line)
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -1654,6 +1689,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as error:  # the records cannot be written: a full disk, a read-only home
         return fail(unwritable(error))
+
+
+def asked_first(question: str) -> Callable:
+    """The REPL's reader with `question` as the first line typed: --repl with a task asks it first."""
+    first = [question]
+
+    def read(prompt: str) -> str | None:
+        if first:
+            print(f"[repl] --repl with a task: the task is the first question\n{prompt}{printable(question, 80)}")
+            return first.pop()
+        return read_line(prompt)
+    return read
 
 
 def unwritable(error: OSError) -> str:
@@ -1765,16 +1812,24 @@ class DemoModel:
         return {**self.next_step(), "usage": size}
 
     def read_results(self, messages: list[dict]) -> None:
-        """Take what the last calls returned from the newest tool results (never compacted away)."""
-        for m in messages[-len(self.pending) - 1:] if self.pending else []:
-            purpose, path = self.pending.pop(m.get("tool_call_id"), (None, None))
-            text = content_text(m)
-            if purpose == "list":
+        """Take what the last calls returned from the newest tool results (never compacted away). Only
+        what finished counts: a file a call of which Ctrl-C stopped is surveyed again, whole."""
+        results = {m.get("tool_call_id"): content_text(m) for m in messages[-len(self.pending) - 3:]}
+        stopped = {path for key, (_, path) in self.pending.items() if results.get(key, INTERRUPTED) == INTERRUPTED}
+        for key, (purpose, path) in self.pending.items():
+            text = results.get(key, INTERRUPTED)
+            if path in stopped and path:
+                self.notes.pop(path, None)
+                self.queue[:0] = [] if path in self.queue else [path]
+            elif path in stopped:  # the listing, the report or its check: that stage again
+                self.stage = {"list": "list", "write": "read", "check": "check"}[purpose]
+            elif purpose == "list":
                 self.queue = [line[2:] for line in text.splitlines()[1:] if line.startswith("./")]
             elif purpose == "count":
                 self.notes[path] = {**self.notes.get(path, {}), **survey(text)}
             elif purpose == "read":
                 self.notes.setdefault(path, {})["purpose"] = purpose_of(text)
+        self.pending.clear()
 
     def next_step(self) -> dict:
         """The plan: list the files, survey each one, write the report, read it back, answer."""
@@ -1887,7 +1942,8 @@ def demo(args: argparse.Namespace, config: Config) -> int:
 def run_demo(config: Config, log=print) -> Session:
     """The main job with no model: the demo model surveys a temporary copy of this project, and the
     report it wrote there is printed before the copy is deleted."""
-    log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in {Path.cwd()} or {HERE}): running the "
+    folders = " or ".join(dict.fromkeys(str(p) for p in (Path.cwd(), HERE)))  # one folder named once
+    log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in {folders}): running the "
         "offline demo." if not model_configured()
         else "[demo] --demo: running the offline demo, not the configured model.")
     log(DEMO_SAYS)

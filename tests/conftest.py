@@ -5,10 +5,12 @@ a request one of them refuses fails the test at teardown, as a strict server wou
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import ipaddress
 import os
 import json
+import shutil
 import socket
 import sys
 import tempfile
@@ -32,6 +34,24 @@ DEFAULT_INSTALL = str(ROOT / "tests" / "default_install")
 # test that compares the agent's token counts with its own, counted exactly in this process.
 TOKENS_EXTRA = {"PYTHONPATH": ""}
 MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL", "CONTEXT_WINDOW")
+
+# Nothing a test runs writes outside its temporary folders: HOME is a folder made for this run (the
+# `state` fixture gives each test its own XDG_STATE_HOME), so ~/.local/state, ~/.cache and the like
+# of the person running the tests stay untouched (tests/test_whatever_arrives.py checks it).
+HOME = tempfile.mkdtemp(prefix="tiny-agent-tests-home-")
+os.environ["HOME"] = HOME
+atexit.register(shutil.rmtree, HOME, True)
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path, monkeypatch) -> Path:
+    """$XDG_STATE_HOME for this test alone, in this process and in every child (agent_env copies
+    the environment), so no test reads or writes the real ~/.local/state."""
+    folder = tmp_path / "state"
+    folder.mkdir(exist_ok=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(folder))
+    return folder
+
 
 _connect = socket.socket.connect
 _getaddrinfo = socket.getaddrinfo
@@ -101,7 +121,7 @@ def chat_response(content=None, tool_calls=None, model="test-model") -> dict:
 
 
 class FakeOpenAI:
-    """A scripted OpenAI-compatible server: `reply(body) -> (status, json)` answers each request,
+    """A scripted OpenAI-compatible server: `reply(body) -> (status, json[, headers])` answers each request,
     and every request body is kept in `requests` for the test to inspect. Each body is rendered
     through the five chat templates too; what they refuse goes to `template_errors` (template,
     error, roles) and fails the test at teardown, while the scripted reply still goes out, so the
@@ -119,10 +139,11 @@ class FakeOpenAI:
             self.requests.append(body)
             request.environ[CHECKED] = True
             self.template_errors += chat_templates.rejections(body)
-            status, payload = reply(body)
+            status, payload, *headers = reply(body)
             if isinstance(payload, dict) and (payload.get("usage") or {}).get("prompt_tokens") == 1:
                 payload = {**payload, "usage": {**payload["usage"], "prompt_tokens": counted(body)}}
-            return Response(json.dumps(payload), status=status, content_type="application/json")
+            return Response(json.dumps(payload), status=status, content_type="application/json",
+                            headers=headers[0] if headers else None)
 
         httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(handle)
 

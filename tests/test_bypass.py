@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import chat_response
-from test_repl import (KEY, Script, agent_env, run_agent, server, sleeper, sleeping, state, terminal,  # noqa: F401
+from test_repl import (KEY, Script, agent_env, run_agent, server, sleeper, sleeping, terminal,  # noqa: F401
                        tool_call, wait_until, workspace)
 from test_shell import listener, mode, path_without_bwrap  # noqa: F401
 

@@ -22,7 +22,7 @@ MARKERS = {
                        '"code": "context_length_exceeded"', "is_context_overflow(error) = True",
                        "[stop] before each retry served() asks the compaction for one level harder",
                        "strategy none cannot compact, so level 2 raised ContextOverflowError",
-                       "--strategy none does not", "requests sent after it: 0",
+                       "the strategy none does not", "requests sent after it: 0",
                        "[growth] every request re-sends", "[lesson 01] done:", "refused at ~"],
     "02_sawtooth.py": ["[summary] summaries by: the lesson's stand-in (no model configured",
                        "[rule] above 30 messages, send [system prompt, a summary of the middle, the last 6]",

@@ -421,6 +421,24 @@ def test_a_retry_after_over_the_bound_is_not_waited_and_the_line_says_how_long(h
     assert line == "the server limits requests (HTTP 429, it asks to wait 3600 s): quota; ask again later"
 
 
+def test_waits_are_bounded_in_all_and_tries_are_capped(httpserver, monkeypatch):
+    """Retry-After: 25 three times: two waits (50 s), the third would pass 60 s in all, so the 429
+    goes up as one line; Retry-After: 0 forever stops after RETRY_TRIES requests."""
+    slow = (429, '{"error": {"message": "busy"}}', {"Retry-After": "25"})
+    url = scripted_http(httpserver, slow, slow, slow, (200, json.dumps(chat_response("never")), {}))
+    log, waits = [], []
+    with pytest.raises(Exception) as raised:
+        ask_once(monkeypatch, url, log, waits)
+    assert waits == [25.0, 25.0] and len(httpserver.log) == 3 and len(log) == 2
+    assert tiny_agent.diagnose(raised.value, tiny_agent.load_config()).endswith("busy; ask again later")
+    httpserver.clear()
+    now = (429, '{"error": {"message": "busy"}}', {"Retry-After": "0"})
+    url = scripted_http(httpserver, *[now] * (tiny_agent.RETRY_TRIES + 1))
+    with pytest.raises(Exception):
+        ask_once(monkeypatch, url, [], [])
+    assert len(httpserver.log) == tiny_agent.RETRY_TRIES
+
+
 def test_ctrl_c_cancels_the_wait_and_nothing_more_is_sent(httpserver, monkeypatch):
     url = scripted_http(httpserver, (503, "{}", {"Retry-After": "5"}), (200, json.dumps(chat_response("no")), {}))
 

@@ -92,8 +92,8 @@ def test_every_step_that_needs_a_tool_call_group_asks_part_one_find_cut(monkeypa
 def test_every_place_that_cuts_a_message_uses_the_one_cutter(monkeypatch, tmp_path):
     whys = []
     real = compact.cut_text
-    monkeypatch.setattr(compact, "cut_text", lambda text, tokens, why="", lines=(40, 40):
-                        whys.append(why) or real(text, tokens, why, lines))
+    monkeypatch.setattr(compact, "cut_text", lambda text, tokens, why="", lines=(40, 40), matters=None:
+                        whys.append(why) or real(text, tokens, why, lines, matters))
     huge = "\n".join(f"row {i}: value value value" for i in range(3_000))
     archive = compact.Archive(tmp_path / "a.jsonl")
     old = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}, *turn(1, huge),
@@ -244,3 +244,19 @@ def test_every_reader_of_the_files_a_task_touched_asks_the_one_tracker(monkeypat
     compact.summarize_extractive(messages[1:])  # the summary's Files sections
     compact.task_complexity(messages)  # a task's complexity (smart eviction's window)
     assert len(calls) == 3
+
+
+def test_the_one_cutter_keeps_the_users_rules_from_the_part_it_cuts(tmp_path):
+    """A pasted message too large for the window, its rules in the middle (recorded run 67 of the SWE
+    runs lost them): the cut keeps its head and tail and every line that is a rule; a tool output
+    cut the same way keeps its error lines, not a line that merely says "must"."""
+    rows = [f"row {i}: value value value" for i in range(3_000)]
+    rows[1_500] = "- DO NOT MODIFY: tests or configuration files."
+    rows[1_700] = "Commands must be in a single bash block."
+    pasted = [{"role": "system", "content": "s"}, {"role": "user", "content": "\n".join(rows)}]
+    out = Compactor(context_window=8_000, reserved_output=0, archive=compact.Archive(tmp_path / "a.jsonl")).compact(pasted)
+    cut = out[-1]["content"]
+    assert "lines cut" in cut and rows[0] in cut and rows[-1] in cut
+    assert rows[1_500] in cut and rows[1_700] in cut
+    output = compact.cut_text("\n".join(rows), 500)
+    assert rows[1_700] not in output and " cut …]" in output

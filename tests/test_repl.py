@@ -44,16 +44,6 @@ def agent_env(base_url: str | None = None, **extra: str) -> dict:
     return {**env, **extra}
 
 
-@pytest.fixture(autouse=True)
-def state(tmp_path, monkeypatch) -> Path:
-    """$XDG_STATE_HOME for this test alone, in this process and in every child (agent_env copies
-    the environment), so no test reads or writes the real ~/.local/state."""
-    folder = tmp_path / "state"
-    folder.mkdir(exist_ok=True)
-    monkeypatch.setenv("XDG_STATE_HOME", str(folder))
-    return folder
-
-
 def records(workspace: Path) -> Path:
     """The agent's records folder for `workspace`: under $XDG_STATE_HOME, never inside the workspace."""
     import tiny_agent

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import chat_response
-from test_repl import (Held, Script, agent_env, assert_one_line_error, run_agent, server, state,  # noqa: F401
+from test_repl import (Held, Script, agent_env, assert_one_line_error, run_agent, server, # noqa: F401
                        sleeper, sleeping, terminal, tool_call, wait_until, workspace)
 
 import tiny_agent
@@ -261,7 +261,7 @@ def test_an_option_that_cannot_work(tmp_path, args, expected):
 
 def test_strategy_none_on_the_demo_says_none_does_not_compact(tmp_path):
     result = cli(tmp_path, ["--strategy", "none"], agent_env())
-    assert_one_line_error(result, "--strategy none does not compact")
+    assert_one_line_error(result, "the strategy none does not compact: choose another")
 
 
 def test_a_base_url_without_v1_against_a_server_that_404s(tmp_path, server):

@@ -19,7 +19,7 @@ import pytest
 from conftest import TOKENS_EXTRA, chat_response
 from test_repl import (AGENT, DEADLINE, SUMMARY, Script, Terminal, agent_env, answers,  # noqa: F401
                        assert_one_line_error, assert_valid, latest, long_enough, messages_of, quit_cleanly, records,
-                       run_agent, server, state, terminal, tool_call, wait_until, workspace)
+                       run_agent, server, terminal, tool_call, wait_until, workspace)
 from test_shell import START_LINE, mode, path_without_bwrap  # noqa: F401
 
 import compact

@@ -6,15 +6,16 @@ OpenAI-compatible server on 127.0.0.1, on a prepared folder."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import FakeOpenAI, chat_response
-from test_repl import (AGENT, DEADLINE, Script, agent_env, assert_one_line_error, messages_of,  # noqa: F401
-                       quit_cleanly, records, run_agent, server, state, terminal, tool_call, workspace)
+from conftest import FakeOpenAI, chat_response, counted
+from test_repl import (AGENT, DEADLINE, KEY, Script, agent_env, assert_one_line_error, messages_of,  # noqa: F401
+                       quit_cleanly, records, run_agent, server, terminal, tool_call, workspace)
 
 
 def session_files(state: Path) -> list[Path]:
@@ -242,3 +243,227 @@ def test_the_newest_twenty_sessions_of_a_workspace_are_kept_with_their_archives(
     assert kept == [f"session-old{k:02}.json" for k in range(6, 25)] and len(session_files(state)) == 20
     assert sorted(p.name for p in (folder / "archive").glob("session-old*")) == [f"session-old{k:02}.jsonl"
                                                                                for k in range(6, 25)]
+
+
+# --- 5. The agent's own secrets never reach the disk, nor the server --------------------------
+
+def test_the_agents_own_keys_are_masked_in_every_tool_output(server, tmp_path, workspace, state):
+    """`cat .env` and `read_file .env` show the key: the history the server receives, the session
+    file and the archive hold the mask, never the value; another secret setting is masked too."""
+    token = "ghp_" + "t0ken" * 6
+    (workspace / ".env").write_text(f"OPENAI_API_KEY={KEY}\nGITHUB_TOKEN={token}\nMODEL=test-model\n")
+    reads = [chat_response(tool_calls=[tool_call(f"c{i}", "bash", command="cat .env") if i % 2 else
+                                       tool_call(f"c{i}", "read_file", path=".env")]) for i in range(14)]
+    script = Script(server, [*reads, chat_response("DONE")])
+    done = run_agent(["--workspace", str(workspace), "--threshold", "10", "read the settings"],
+                     agent_env(script.base_url, GITHUB_TOKEN=token), tmp_path / "cwd")
+    assert done.returncode == 0 and "[compact]" in done.stdout, done.stderr
+    sent = json.dumps(script.turns + script.summaries)
+    assert "[OPENAI_API_KEY masked]" in sent and "[GITHUB_TOKEN masked]" in sent
+    assert KEY not in sent and token not in sent, sent[max(0, sent.find(KEY) - 300):sent.find(KEY) + 50]
+    written = [p for p in state.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".jsonl" for p in written)  # the archive was written
+    assert not [p for p in written if KEY.encode() in p.read_bytes() or token.encode() in p.read_bytes()]
+
+
+# --- 7. The window a refusal names governs the whole request, max_tokens included ----------------
+
+def test_a_refusal_that_names_a_smaller_window_lowers_max_tokens_too(server, tmp_path, workspace):
+    """CONTEXT_WINDOW unset (128,000, so max_tokens 16,000); the server holds 4,096 and refuses a
+    request whose messages and max_tokens together pass it, as OpenAI does: the agent sends again
+    within 4,096, max_tokens included, and ends with the answer."""
+    bodies = []
+
+    def reply(body: dict):
+        bodies.append(body)
+        asked = body.get("max_tokens") or body.get("max_completion_tokens")
+        prompt = counted(body)
+        if prompt + asked > 4_096:
+            return 400, {"error": {"message": f"This model's maximum context length is 4096 tokens. However, you "
+                                              f"requested {prompt + asked} tokens ({prompt} in the messages, {asked} "
+                                              "in the completion). Please reduce the length of the messages or "
+                                              "completion.", "type": "invalid_request_error",
+                                   "code": "context_length_exceeded"}}
+        return 200, chat_response("FITS")
+    base = FakeOpenAI(server, reply).base_url
+    done = run_agent(["--workspace", str(workspace), "hello"], agent_env(base), tmp_path / "cwd")
+    assert done.returncode == 0 and "[answer] FITS" in done.stdout, done.stdout + done.stderr
+    assert "[settings] the server's window is 4,096 tokens" in done.stdout
+    assert bodies[0]["max_tokens"] == 16_000 and counted(bodies[-1]) + bodies[-1]["max_tokens"] <= 4_096
+
+
+# --- 8. The latest request is never labelled as reference material ------------------------------
+
+def test_a_latest_request_longer_than_its_room_stays_the_last_user_message_cut_and_archived(server, tmp_path,
+                                                                                            workspace, state):
+    """A question of ~2,000 tokens (over the user's room of 1,000) after enough turns to compact: the
+    request sent next ends with that question, cut by the one cutter (its head and tail, the
+    archive holding it whole), after the summary and its acknowledgement; the summary does not
+    quote it as reference material."""
+    long = " ".join(f"point{i} of the question;" for i in range(400)) + " WHICH-FUNCTION-ROUNDS?"
+    (workspace / "notes.txt").write_text("".join(f"line {k} of the notes\n" for k in range(300)))
+    steps = [chat_response(tool_calls=[tool_call(f"c{i}", "read_file", path="notes.txt")]) for i in range(16)]
+    script = Script(server, [chat_response("FIRST"), *steps, chat_response("SECOND")])
+    done = subprocess.run([sys.executable, str(AGENT), "--workspace", str(workspace)], cwd=tmp_path / "cwd",
+                          env=agent_env(script.base_url), capture_output=True, text=True,
+                          input=f"start\n{long}\n", timeout=DEADLINE)
+    assert done.returncode == 0 and "agent> SECOND" in done.stdout, done.stdout + done.stderr
+    sent = messages_of(script.turns[-1])
+    summary = next(i for i, m in enumerate(sent) if str(m.get("content", "")).startswith("[Context summary]"))
+    users = [m for m in sent[summary + 1:] if m["role"] == "user"]
+    assert sent[summary + 1]["role"] == "assistant" and users, [m["role"] for m in sent]  # the acknowledgement
+    last = users[-1]["content"]
+    assert last.startswith("point0 of the question;") and last.endswith("WHICH-FUNCTION-ROUNDS?") and len(last) < len(long)
+    assert "point0 of the question" not in sent[summary]["content"]
+    archived = "".join(p.read_text() for p in state.rglob("*.jsonl"))
+    assert json.dumps(long)[1:-1] in archived
+
+
+# --- 9. 429: waited out while the server's Retry-After stays within 60 s in all -------------------
+
+def test_429_is_waited_out_while_retry_after_stays_within_the_bound(server, tmp_path, workspace):
+    """Retry-After: 1 twice, then the answer: both waits are shown and the answer comes (the bound
+    in all and the cap on tries: tests/test_model_path.py, with the waits recorded, not slept)."""
+    def limited(times: int):
+        sent = []
+
+        def reply(body: dict):
+            sent.append(body)
+            if len(sent) <= times:
+                return 429, {"error": {"message": "slow down", "type": "rate_limit"}}, {"Retry-After": "1"}
+            return 200, chat_response("PATIENT")
+        return FakeOpenAI(server, reply).base_url, sent
+    base, sent = limited(2)
+    done = run_agent(["--workspace", str(workspace), "hello"], agent_env(base), tmp_path / "cwd")
+    assert done.returncode == 0 and "[answer] PATIENT" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.count("[retry] the server asks to wait 1 s (HTTP 429)") == 2 and len(sent) == 3
+
+
+# --- 10. The tests leave nothing outside their temporary folders ---------------------------------
+
+def test_a_slice_of_the_suite_leaves_home_and_xdg_state_home_empty(tmp_path):
+    """HOME and XDG_STATE_HOME pointed at one empty folder, a slice of the suite that runs the agent
+    in this process and as a program (sessions, archives, the REPL, a lesson): the folder stays
+    empty (conftest points HOME at a folder of its own, and each test's XDG_STATE_HOME at its own)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home)}
+    pick = ["tests/test_model_path.py", "tests/test_repl.py", "-k", "main_reports or refused_dropped or "
+            "retry_after_is_waited or piped_into_the_repl or one_task_run_that_ends or resume_continues"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *pick],
+                          cwd=Path(__file__).resolve().parent.parent, env=env, capture_output=True, text=True,
+                          timeout=DEADLINE)
+    assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+
+
+# --- 11. The demo counts only what finished --------------------------------------------------
+
+def test_the_demo_after_ctrl_c_counts_only_what_finished(tmp_path):
+    """Ctrl-C as the demo's first survey command is shown (the README invites it), then "go on": the
+    answer's files and lines are those of the project the demo copies, every file counted once and
+    whole (a survey that Ctrl-C stopped is run again, not counted as a file of 0 lines)."""
+    from test_repl import Terminal
+    root = AGENT.parent
+    files = [p for name in ("compact.py", "tiny_agent.py", "lessons", "tests")
+             for p in ([root / name] if name.endswith(".py") else sorted((root / name).rglob("*.py")))
+             if "__pycache__" not in p.parts and "live" not in p.relative_to(root).parts]
+    lines = sum(p.read_bytes().count(b"\n") for p in files)
+    (tmp_path / "cwd").mkdir()
+    t = Terminal(["--demo", "--repl"], agent_env(), tmp_path / "cwd")
+    try:
+        t.at_prompt()
+        t.send("survey the project")
+        t.expect('[tool] bash {"command": "wc -l ')
+        t.interrupt()
+        t.expect("[interrupted]")
+        answer = t.ask("go on")
+        found = re.search(r"Surveyed (\d+) Python files, ([\d,]+) lines in all", answer)
+        assert found, answer[-2000:]
+        assert (int(found[1]), int(found[2].replace(",", ""))) == (len(files), lines)
+        quit_cleanly(t)
+    finally:
+        t.close()
+
+
+# --- 12. The smaller things, each from outside ---------------------------------------------------
+
+def test_the_demos_first_line_names_the_agents_folder_once_when_it_is_the_current_one(tmp_path):
+    done = subprocess.run([sys.executable, str(AGENT), "--demo"], cwd=AGENT.parent, env=agent_env(),
+                          capture_output=True, text=True, timeout=DEADLINE)
+    first = done.stdout.splitlines()[0]
+    assert done.returncode == 0 and first == (f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in "
+                                              f"{AGENT.parent}): running the offline demo."), first
+
+
+@pytest.mark.parametrize("where", ["shell", ".env"])
+def test_a_hint_names_where_the_value_came_from(tmp_path, where):
+    """A refused OPENAI_BASE_URL set in the shell: the line says to fix it in the shell's environment
+    (changing .env would change nothing); set in .env: it says .env."""
+    url = "http://127.0.0.1:9/v1"  # the discard port: nothing answers
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {k: v for k, v in agent_env().items() if k != "MODEL"}
+    if where == "shell":
+        env.update(OPENAI_BASE_URL=url)
+    else:
+        (cwd / ".env").write_text(f"OPENAI_BASE_URL={url}\n")
+    done = subprocess.run([sys.executable, str(AGENT), "hello"], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=DEADLINE)
+    line = done.stderr.strip()
+    assert done.returncode == 1 and len(line.splitlines()) == 1, done.stdout + done.stderr
+    assert ("fix OPENAI_BASE_URL in your shell's environment (it overrides .env)" in line) == (where == "shell"), line
+    assert ("fix OPENAI_BASE_URL in .env" in line) == (where == ".env"), line
+
+
+def test_the_repl_says_how_to_choose_a_strategy_in_its_own_words(server, tmp_path, workspace):
+    """/strategy none, then a history the server refuses as too long: the line names no command-line
+    option (the REPL's way is /strategy)."""
+    def reply(body: dict):
+        if counted(body) > 4_000:
+            return 400, {"error": {"message": "This model's maximum context length is 4000 tokens.",
+                                   "type": "invalid_request_error", "code": "context_length_exceeded"}}
+        return 200, chat_response("ANSWER")
+    base = FakeOpenAI(server, reply).base_url
+    questions = "".join(f"question {k}: " + "word " * 900 + "\n" for k in range(6))
+    done = subprocess.run([sys.executable, str(AGENT), "--workspace", str(workspace)], cwd=tmp_path / "cwd",
+                          env=agent_env(base, CONTEXT_WINDOW="4000"), capture_output=True, text=True,
+                          input=f"/strategy none\n{questions}", timeout=DEADLINE)
+    errors = [line for line in done.stdout.splitlines() if "error:" in line]
+    assert done.returncode == 0 and errors, done.stdout[-2000:] + done.stderr
+    assert "the strategy none does not compact: choose another" in errors[-1] and "--strategy" not in errors[-1]
+
+
+def test_repl_with_a_task_asks_it_first_and_goes_on(server, tmp_path, workspace):
+    script = Script(server, [chat_response("FIRST ANSWER"), chat_response("SECOND ANSWER")])
+    done = subprocess.run([sys.executable, str(AGENT), "--workspace", str(workspace), "--repl", "the task"],
+                          cwd=tmp_path / "cwd", env=agent_env(script.base_url), capture_output=True, text=True,
+                          input="the next question\n", timeout=DEADLINE)
+    assert done.returncode == 0 and "[repl] --repl with a task: the task is the first question" in done.stdout
+    assert "agent> FIRST ANSWER" in done.stdout and "agent> SECOND ANSWER" in done.stdout, done.stdout
+    assert [m["content"] for m in messages_of(script.turns[-1]) if m["role"] == "user"] == ["the task",
+                                                                                          "the next question"]
+
+
+def test_strategy_and_preset_that_disagree_are_one_line(tmp_path):
+    done = subprocess.run([sys.executable, str(AGENT), "--strategy", "layered", "--preset", "zones", "--demo"],
+                          cwd=tmp_path, env=agent_env(), capture_output=True, text=True, timeout=DEADLINE)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "error: --strategy layered and --preset zones name two strategies: give one (see python tiny_agent.py --help)"]
+
+
+def test_copy_2s_help_names_no_strategy_it_rejects(tmp_path):
+    """The README's copy 2 (both files cut above their third part): every name its --help shows
+    is one it accepts."""
+    from test_fork import fork
+    folder = fork(tmp_path, 2)
+    shown = subprocess.run([sys.executable, "tiny_agent.py", "--help"], cwd=folder, env=agent_env(),
+                           capture_output=True, text=True, timeout=DEADLINE).stdout
+    named = set(re.findall(r"\b(?:sawtooth|none|layered|hybrid|zones|evo-agent|five-layer|smart-eviction|echo-agent|"
+                           r"sawtooth-tutorial)\b", shown))
+    for name in named:
+        tried = subprocess.run([sys.executable, "tiny_agent.py", "--preset", name, "--demo"], cwd=folder,
+                               env=agent_env(), capture_output=True, text=True, timeout=DEADLINE)
+        assert "invalid choice" not in tried.stderr, (name, tried.stderr)
+    assert named == {"none", "sawtooth"}, named
