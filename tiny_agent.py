@@ -1418,7 +1418,8 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
 EMPTY = "(the model's answer was empty)"
 
 
-def command(session: Session, config: Config, line: str, ws: Workspace, path: Path | None = None) -> tuple[Config, bool]:
+def command(session: Session, config: Config, line: str, ws: Workspace,
+            path: Path | None = None) -> tuple[Config, bool]:
     """Run one slash command; returns the (perhaps new) settings and whether to quit."""
     name, _, rest = line.partition(" ")
     if name in ("/exit", "/quit"):
@@ -1804,8 +1805,8 @@ def run_demo(config: Config, log=print, view: bool = False) -> Session:
     with demo_copy() as folder:
         ws = AgentWorkspace(folder)
         log(f"[shell] {shell_mode(ws)}")
-        session = new_session(config, summarize_extractive, archive_dir=records / "archive" if view else folder / ".archive",
-                              ws=ws)
+        archive = records / "archive" if view else folder / ".archive"
+        session = new_session(config, summarize_extractive, archive_dir=archive, ws=ws)
         answer = run_agent(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
         report = folder / "REPORT.md"
         log("\n" + (report.read_text(encoding="utf-8") if report.exists() else "(no REPORT.md was written)"))
@@ -1908,16 +1909,20 @@ def view_html(name: str, strategy: Strategy, records: list, trouble: str) -> str
     log, fixed, sent = strategy.state.log, strategy.compactor.fixed_tokens, strategy.sent
     problems = {id(entry): record_problem(entry) for entry in log}
     drawn = [entry for entry in log if not problems[id(entry)]]
-    parts = [f"<h1>Every compaction of {html.escape(name)}</h1><p class=note>Strategy {html.escape(strategy.name)}: {len(sent)} "
-             f"request{'s' * (len(sent) != 1)}, {len(log)} compaction{'s' * (len(log) != 1)} recorded.</p><p class=key>"
+    parts = [f"<h1>Every compaction of {html.escape(name)}</h1><p class=note>Strategy {html.escape(strategy.name)}: "
+             f"{len(sent)} request{'s' * (len(sent) != 1)}, {len(log)} compaction{'s' * (len(log) != 1)} recorded.</p>"
+             "<p class=key>"
              + "".join(f"<span class=k{i}>{kind}</span>" for i, kind in enumerate(KINDS))
              + '<span style="outline:2px dashed #b42318">left the list</span></p>',
              sawtooth_svg(sent, drawn, fixed), compaction_list(drawn, fixed)]
     for entry in log:
-        threshold = strategy.compactor.threshold if entry.get("policy") == strategy.name else \
-            POLICIES.get(entry.get("policy"), {}).get("threshold", 0)  # what a record from before /strategy had
-        parts.append(f"<p class=damaged>A compaction's record could not be drawn: {html.escape(problems[id(entry)])}.</p>"
-                     if problems[id(entry)] else compaction_panel(entry, fixed, threshold))
+        if problems[id(entry)]:
+            parts.append(f"<p class=damaged>A compaction's record could not be drawn: {html.escape(problems[id(entry)])}."
+                         "</p>")
+            continue
+        threshold = strategy.compactor.threshold if entry["policy"] == strategy.name else \
+            POLICIES.get(entry["policy"], {}).get("threshold", 0)  # a record from before /strategy: its policy's
+        parts.append(compaction_panel(entry, fixed, threshold))
     parts.append(archive_section(records, drawn, trouble))
     return ('<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content="width=device-width,'
             f'initial-scale=1"><title>{html.escape(name)}</title><style>{PAGE_CSS}</style></head><body>'
@@ -2027,11 +2032,13 @@ def compaction_list(drawn: list[dict], fixed: int) -> str:
         return "<p class=note>No compaction yet: the history still fits.</p>"
     rows = "".join(f'<tr><td><a href="#c{e["compaction"]}">{e["compaction"]}</a></td><td class=n>'
                    f'{e["request"] + 1 if "request" in e else "?"}</td><td>{html.escape(e["policy"])}</td>'
-                   f'<td>{html.escape(steps_of(e))}</td><td class=n>{len(e["before"])} → {len(e["after"])}</td><td class=n>'
-                   f'{e["before_tokens"] + outside(e, fixed):,} → {e["after_tokens"] + outside(e, fixed):,}</td></tr>'
+                   f'<td>{html.escape(steps_of(e))}</td><td class=n>{len(e["before"])} → {len(e["after"])}</td>'
+                   f'<td class=n>{e["before_tokens"] + outside(e, fixed):,} → {e["after_tokens"] + outside(e, fixed):,}'
+                   '</td></tr>'
                    for e in drawn)
     return ("<h2>The compactions</h2><div class=wide><table class=compactions><tr><th>#</th><th class=n>before request"
-            f"</th><th>strategy</th><th>steps</th><th class=n>messages</th><th class=n>tokens</th></tr>{rows}</table></div>")
+            f"</th><th>strategy</th><th>steps</th><th class=n>messages</th><th class=n>tokens</th></tr>{rows}</table>"
+            "</div>")
 
 
 def cause(entry: dict, threshold: int) -> str:
@@ -2064,8 +2071,8 @@ def compaction_panel(entry: dict, fixed: int, threshold: int) -> str:
             + f'</p><p class=note>Why: {html.escape(cause(entry, threshold))}. Window {entry["window"]:,} tokens, '
             f'{entry["effective"]:,} of them for messages; trigger {limits(entry, fixed)["trigger"]:,}, target '
             f'{limits(entry, fixed)["target"]:,} (tokens of the whole request{scaled}).</p>'
-            f'<div class=wide><table class=steps><tr><th>step</th><th class=n>tokens before</th><th class=n>after</th><th '
-            f'class=n>change</th></tr>'
+            f'<div class=wide><table class=steps><tr><th>step</th><th class=n>tokens before</th><th class=n>after</th>'
+            f'<th class=n>change</th></tr>'
             f'{steps}</table></div><div class=cols><div class=before><h3>Before: {len(before)} messages</h3>'
             f'<ol class=blocks>{blocks(before, px, True)}</ol></div><div class=after><h3>After: {len(after)} '
             f'messages</h3><ol class=blocks>{blocks(after, px, False)}</ol></div></div>'
@@ -2112,7 +2119,8 @@ def written(after: list) -> str:
         return ""
     items = "".join(f"<li>{i} · {html.escape(row[0])} · by {html.escape(row[2])}<pre>{html.escape(row[3])}</pre></li>"
                     for i, row in made)
-    return f"<details><summary>What the steps wrote in place of what they took ({len(made)})</summary><ol>{items}</ol></details>"
+    return (f"<details><summary>What the steps wrote in place of what they took ({len(made)})</summary><ol>{items}</ol>"
+            "</details>")
 
 
 def archive_section(records: list, drawn: list[dict], trouble: str) -> str:
@@ -2131,7 +2139,8 @@ def archived(k: int, record, trouble: str) -> str:
     RECORD_CHARS), or one line when the record is missing or damaged."""
     message = record.get("message") if isinstance(record, dict) else None
     if not isinstance(message, dict):
-        why = trouble or ("the archive file holds no such record" if record is None else "the record is damaged")
+        why = "the archive file could not be read (above)" if trouble else \
+            "the archive file holds no such record" if record is None else "the record is damaged"
         return f'<p class=damaged id="a{k}">archive #{k}: {html.escape(why)}.</p>'
     calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
     parts = [content_text(message), reasoning_text(message) and "reasoning:\n" + reasoning_text(message),
