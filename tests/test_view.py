@@ -74,9 +74,22 @@ def page_path(stdout: str) -> Path:
     return path
 
 
-def compact_lines(stdout: str) -> list[tuple[int, int, int, int]]:
-    """Each [compact] line a run printed: messages before and after, the request's tokens before and after."""
-    return [tuple(int(n.replace(",", "")) for n in m.groups()) for m in COMPACT_LINE.finditer(stdout)]
+STEP_LINE = re.compile(r" {10}(\S.*?) +(?:[+-][\d,]+ tokens removed|nothing to do)")
+
+
+def compactions(stdout: str) -> list[dict]:
+    """Each compaction as the run printed it: its [compact] line (messages and the request's tokens,
+    before and after) and the line of each step under it."""
+    found = []
+    for match in COMPACT_LINE.finditer(stdout):
+        numbers = [int(n.replace(",", "")) for n in match.groups()]
+        steps = []
+        for line in stdout[match.end() + 1:].split("\n"):
+            if not STEP_LINE.fullmatch(line):
+                break
+            steps.append(STEP_LINE.fullmatch(line)[1])
+        found.append({"messages": tuple(numbers[:2]), "tokens": tuple(numbers[2:]), "steps": steps})
+    return found
 
 
 def archive_links(records: list[dict]) -> dict[int, set[int]]:
@@ -103,18 +116,19 @@ def demo(tmp_path_factory) -> tuple[str, Path]:
 
 
 NOTE = "the cache is stale again. " * 250  # ~1,500 tokens: a read the summary frees
-QUESTIONS = ["Read the notes. Do not modify deploy.sh.", "Read two more.", "/view", "And two more.", "The last two."]
+QUESTIONS = ["Read the notes. Do not modify deploy.sh.", "Read two more.", "/view", "/compact the notes", "And two more."]
 
 
 def scripted(server, workspace: Path, cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, Script]:
-    """A REPL session piped its questions (a /view among them) on a scripted server: two file reads and
-    an answer a question, the sawtooth at 8 messages keeping 2; three compactions, each summary the
-    server's "SUMMARY-k". The first note holds markup, which the page must show as text."""
+    """A REPL session piped its questions (/view and /compact among them) on a scripted server: two file
+    reads and an answer a question, the sawtooth at 8 messages keeping 2; three compactions (the
+    threshold, /compact, the threshold), each summary the server's "SUMMARY-k". The first note holds
+    markup, which the page must show as text."""
     (workspace / "notes").mkdir(exist_ok=True)
     for i in range(8):
         (workspace / "notes" / f"{i}.txt").write_text(f"NOTE-{i} <script>alert('{i}')</script> {NOTE}")
     steps = []
-    for q in range(4):
+    for q in range(3):
         steps += [chat_response(f"Reading note {n}.", [(f"call_{n}", "read_file", {"path": f"notes/{n}.txt"})])
                   for n in (2 * q, 2 * q + 1)] + [chat_response(f"ANSWER-{q}: the cache is stale.")]
     script = Script(server, steps, summary=[f"## Progress\n- SUMMARY-{k}: the agent read the notes." for k in range(1, 9)])
@@ -147,7 +161,7 @@ def test_the_demo_with_view_writes_one_self_contained_page_and_prints_its_path(d
     assert page.parent.parent.name == "tiny-agent" and page.with_suffix(".jsonl").name in os.listdir(page.parent / "archive")
     self_contained(page)
     text = page.read_text(encoding="utf-8")
-    assert text.count('<section class=compaction id="c') == len(compact_lines(stdout)) >= 3
+    assert text.count('<section class=compaction id="c') == len(compactions(stdout)) >= 3
 
 
 def test_slash_view_and_view_write_the_page_beside_the_session(session_run):
@@ -155,10 +169,10 @@ def test_slash_view_and_view_write_the_page_beside_the_session(session_run):
     assert latest(records(session_run["workspace"])).with_suffix(".html") == page  # beside the session, its name
     assert stdout.count(f"\n{page}\n") == 2  # /view, then --view when the REPL ended: the path on a line of its own
     log = saved["state"].log
-    assert [entry["compaction"] for entry in log] == [1, 2, 3] and len(compact_lines(stdout)) == 3
-    assert [len(pair) for pair in saved["sent"]] == [2] * len(saved["sent"]) and len(saved["sent"]) == 12
+    assert [entry["compaction"] for entry in log] == [1, 2, 3] and len(compactions(stdout)) == 3
+    assert [len(pair) for pair in saved["sent"]] == [2] * len(saved["sent"]) and len(saved["sent"]) == 9
     answered = [len(re.findall(r"\[tool\] |agent> ", stdout[:m.start()])) for m in COMPACT_LINE.finditer(stdout)]
-    assert [entry["request"] for entry in log] == answered == [4, 6, 9]  # the requests before each: the page's marks
+    assert [entry["request"] for entry in log] == answered == [4, 6, 7]  # the requests before each: the page's marks
     self_contained(page)
 
 
@@ -177,7 +191,7 @@ def test_view_with_resume_draws_the_whole_session_and_a_damaged_record_is_one_li
                      CONTEXT_WINDOW="16000"), tmp_path / "cwd")
     assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr, done.stderr[-2000:]
     text = page_path(done.stdout).read_text(encoding="utf-8")
-    assert "Strategy sawtooth: 13 requests, 4 compactions recorded." in text  # 12 before the resume, and this one
+    assert "Strategy sawtooth: 10 requests, 4 compactions recorded." in text  # 9 before the resume, and this one
     assert '<section class=compaction id="c1">' in text and '<section class=compaction id="c2">' not in text
     damaged = re.findall(r"<p class=damaged>A compaction's record could not be drawn: ([^<]*)</p>", text)
     assert damaged == ["its field &#x27;compaction&#x27; is missing or of the wrong type.",
@@ -241,6 +255,17 @@ def test_markup_in_a_message_and_a_damaged_archive_are_shown_as_text_and_one_lin
     assert '<article class=record id="a9">' in text
 
 
+@pytest.mark.parametrize("level, tokens, messages, why", [
+    (2, 0, 3, "as far as it goes: the server refused the request as too long again"),
+    (1, 0, 3, "now: /compact, the model's compact tool, or the server refused the request as too long"),
+    (0, 7_001, 3, "the history passed the trigger, 70% of the room for messages"),
+    (0, 100, 31, "more than 30 messages"),
+    (0, 100, 3, "a step that runs before every call, or one output too large alone")])
+def test_each_panel_says_why_its_compaction_happened(level, tokens, messages, why):
+    entry = {"level": level, "before_tokens": tokens, "trigger": 0.7, "effective": 10_000, "before": [[]] * messages}
+    assert tiny_agent.cause(entry, 30) == why
+
+
 def test_view_on_a_session_with_no_compaction_says_so(tmp_path):
     session = tiny_agent.new_session(tiny_agent.Config())
     text = tiny_agent.write_view(session, tmp_path / "page.html", log=lambda line: None).read_text(encoding="utf-8")
@@ -289,9 +314,9 @@ def original(record: dict) -> str:
 
 
 def check_panels(driver, expected: list[dict], records: list[dict]) -> None:
-    """Each compaction's panel as the browser renders it: its numbers, its blocks side by side (as many
-    as the messages, those that left marked), its summary, and its archive links, one of them followed
-    to the original it leads to."""
+    """Each compaction's panel as the browser renders it: its numbers, why, its steps, its blocks side by
+    side (as many as the messages, those that left marked), its summary, and its archive links, one of
+    them followed to the original it leads to."""
     from selenium.webdriver.common.by import By
     sections = driver.find_elements(By.CSS_SELECTOR, "section.compaction")
     assert [s.get_attribute("id") for s in sections] == [f"c{k}" for k in range(1, len(expected) + 1)]
@@ -299,6 +324,9 @@ def check_panels(driver, expected: list[dict], records: list[dict]) -> None:
         assert section.is_displayed()
         assert section.find_element(By.CSS_SELECTOR, ".counts").text == f"{want['messages'][0]} → {want['messages'][1]} messages"
         assert section.find_element(By.CSS_SELECTOR, ".tokens").text == f"{want['tokens'][0]:,} → {want['tokens'][1]:,} tokens"
+        assert want.get("why", "Why: ") in section.find_element(By.CSS_SELECTOR, "p.note").text
+        rows = section.find_elements(By.CSS_SELECTOR, "table.steps tr")[1:]
+        assert [row.find_element(By.TAG_NAME, "td").text for row in rows] == want["steps"]
         before, after = (section.find_element(By.CSS_SELECTOR, f"div.{side}") for side in ("before", "after"))
         assert before.rect["x"] + before.rect["width"] <= after.rect["x"] and before.rect["y"] == after.rect["y"]
         blocks = before.find_elements(By.CSS_SELECTOR, "li")
@@ -308,25 +336,62 @@ def check_panels(driver, expected: list[dict], records: list[dict]) -> None:
         assert gone and all(" → " in block.text for block in gone) and len(gone) == want.get("gone", len(gone))
         links = before.find_elements(By.CSS_SELECTOR, "a")
         assert {int(a.get_attribute("href").rsplit("#a", 1)[1]) for a in links} == want["links"]
-        summary = section.find_element(By.CSS_SELECTOR, "pre.summary")
-        assert summary.is_displayed() and want["summary"] in summary.text
-        k = int(links[0].get_attribute("href").rsplit("#a", 1)[1])
-        links[0].click()
-        target = driver.find_element(By.ID, f"a{k}")
-        assert driver.current_url.endswith(f"#a{k}") and target.is_displayed()
-        assert -1 < driver.execute_script("return arguments[0].getBoundingClientRect().top", target) < 1000  # in view
-        assert original(records[k]) in " ".join(target.text.split())
+        if want["summary"] is not None:
+            summary = section.find_element(By.CSS_SELECTOR, "pre.summary")
+            assert summary.is_displayed() and want["summary"] in summary.text
+            assert any(" by summary " in block.text + " " for block in after.find_elements(By.CSS_SELECTOR, "li"))
+        follow(driver, links[0], records)
+    check_blocks(driver, sections[0])
+
+
+def follow(driver, link, records: list[dict]) -> None:
+    """Click an archive link: the page scrolls to the original, which shows what the archive holds."""
+    from selenium.webdriver.common.by import By
+    k = int(link.get_attribute("href").rsplit("#a", 1)[1])
+    link.click()
+    target = driver.find_element(By.ID, f"a{k}")
+    assert driver.current_url.endswith(f"#a{k}") and target.is_displayed()
+    assert -1 < driver.execute_script("return arguments[0].getBoundingClientRect().top", target) < 1000  # in view
+    assert original(records[k]) in " ".join(target.text.split())
+
+
+def check_blocks(driver, section) -> None:
+    """In one panel: each block has the colour the key gives its kind, one that left is outlined in
+    dashes, and the block of the most tokens is the tallest."""
+    from selenium.webdriver.common.by import By
+    key = {span.text: span.value_of_css_property("background-color")
+           for span in driver.find_elements(By.CSS_SELECTOR, "p.key span")}
+    blocks = section.find_elements(By.CSS_SELECTOR, "ol.blocks li")
+    for block in blocks:
+        kind = block.text.rsplit(" · ", 1)[1].split("archive #")[0].strip()
+        assert block.value_of_css_property("background-color") == key[kind], block.text
+        left = "gone" in block.get_attribute("class").split()
+        assert (block.value_of_css_property("outline-style") == "dashed") == left, block.text
+    tokens = [int(block.text.split(" · ")[1].replace(",", "")) for block in blocks]
+    heights = [block.size["height"] for block in blocks]
+    assert heights[tokens.index(max(tokens))] == max(heights)
+
+
+def check_chart(driver, expected: list[dict], window: int) -> None:
+    """The sawtooth: a bar a request, each compaction's number above it linking to its panel, and the
+    window named under it."""
+    from selenium.webdriver.common.by import By
+    marks = driver.find_elements(By.CSS_SELECTOR, ".marks a")
+    assert marks and marks[0].text == "1" and all(mark.is_displayed() for mark in marks)
+    assert all(mark.get_attribute("href").endswith(f"#c{mark.text}") for mark in marks)
+    assert {int(mark.text) for mark in marks} <= set(range(1, len(expected) + 1))
+    assert f"window {window:,}" in driver.find_element(By.CSS_SELECTOR, "div.chart + p.note").text
 
 
 def demo_expected(stdout: str, page: Path) -> tuple[list[dict], list[dict]]:
-    """What each panel of the demo's page must show, from what the demo printed ([compact] lines) and
-    its archive: the messages and tokens, the records it archived, and its summary, which the archive
-    holds too once the next compaction replaced it."""
+    """What each panel of the demo's page must show, from what the demo printed ([compact] lines and
+    their steps) and its archive: the records each compaction wrote there, and its summary, which the
+    archive holds too once the next compaction replaced it."""
     records = compact.Archive(page.parent / "archive" / page.with_suffix(".jsonl").name).records()
-    links, lines = archive_links(records), compact_lines(stdout)
+    links = archive_links(records)
     summaries = {r["compaction"] - 1: compact.summary_body(r["message"]) for r in records if compact.is_summary(r["message"])}
-    expected = [{"messages": line[:2], "tokens": line[2:], "links": links[k],
-                 "summary": summaries.get(k, "## ")[:200]} for k, line in enumerate(lines, 1)]
+    expected = [{**printed, "links": links[k], "summary": summaries.get(k, "## ")[:200]}
+                for k, printed in enumerate(compactions(stdout), 1)]
     return expected, records
 
 
@@ -335,6 +400,7 @@ def test_the_demos_page_shows_every_compaction_in_a_browser(browser, demo, width
     stdout, page = demo
     expected, records = demo_expected(stdout, page)
     opened(browser, page, width)
+    check_chart(browser, expected, tiny_agent.DEMO_WINDOW)
     check_panels(browser, expected, records)
     if width == max(WIDTHS):  # the picture the README and the guides show: the top of the page
         browser.set_window_size(width, 1500)
@@ -344,20 +410,40 @@ def test_the_demos_page_shows_every_compaction_in_a_browser(browser, demo, width
             shutil.copy(tmp_path / "page.png", SCREENSHOT)
 
 
+def test_the_layered_demos_page_shows_masking_before_a_summary(browser, tmp_path):
+    """The guide's second command: the ladder's first compaction keeps every message and masks old
+    outputs, their placeholders listed."""
+    from selenium.webdriver.common.by import By
+    env = {**agent_env(), "XDG_STATE_HOME": str(tmp_path), "PYTHONPATH": DEFAULT_INSTALL}
+    done = subprocess.run([sys.executable, str(AGENT), "--demo", "--view", "--strategy", "layered"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    printed = compactions(done.stdout)
+    assert done.returncode == 0 and printed[0]["messages"][0] == printed[0]["messages"][1], done.stderr[-2000:]
+    opened(browser, page_path(done.stdout), max(WIDTHS))
+    first = browser.find_element(By.CSS_SELECTOR, "section.compaction")
+    assert first.find_element(By.CSS_SELECTOR, ".counts").text == "{0} → {0} messages".format(printed[0]["messages"][0])
+    masked = first.find_elements(By.CSS_SELECTOR, "div.before li.gone")
+    assert masked and all(" → mask · " in block.text for block in masked)
+    listed = first.find_element(By.CSS_SELECTOR, "details summary").text
+    assert listed == f"What the steps wrote in place of what they took ({len(masked)})"
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_sessions_page_shows_its_three_compactions_in_a_browser(browser, session_run, width):
     """The scripted session's page at its end: the numbers of its [compact] lines and of its session
-    file, the server's summaries, the user's rule carried under them, and the markup a note held shown
-    as text."""
+    file, why each happened, the server's summaries, the user's rule carried under them, and the
+    markup a note held shown as text."""
     from selenium.webdriver.common.by import By
     stdout, log, records = session_run["stdout"], session_run["saved"]["state"].log, session_run["archive"]
     links, expected = archive_links(records), []
-    for k, (line, entry) in enumerate(zip(compact_lines(stdout), log), 1):
-        outside = line[2] - entry["before_tokens"]  # the request's tokens besides the history, as the run counted them
-        expected.append({"messages": line[:2], "tokens": (line[2], entry["after_tokens"] + outside), "links": links[k],
-                         "summary": f"SUMMARY-{k}: the agent read the notes.",
+    why = ["more than 8 messages", "now: /compact", "more than 8 messages"]
+    for k, (printed, entry) in enumerate(zip(compactions(stdout), log), 1):
+        outside = printed["tokens"][0] - entry["before_tokens"]  # the request's tokens besides the history
+        expected.append({**printed, "tokens": (printed["tokens"][0], entry["after_tokens"] + outside), "links": links[k],
+                         "summary": f"SUMMARY-{k}: the agent read the notes.", "why": f"Why: {why[k - 1]}",
                          "gone": sum(row[2] != "kept" for row in entry["before"])})
     opened(browser, session_run["page"], width)
+    check_chart(browser, expected, 16_000)
     check_panels(browser, expected, records)
     words = browser.find_elements(By.CSS_SELECTOR, "section.compaction .words")
     assert "Do not modify deploy.sh." in words[-1].text
