@@ -476,6 +476,7 @@ import errno  # noqa: E402  each layer's imports stand at its start, so Layer 1 
 import fcntl  # noqa: E402
 import functools  # noqa: E402
 import hashlib  # noqa: E402
+import html  # noqa: E402
 import importlib  # noqa: E402
 import reprlib  # noqa: E402
 import shutil  # noqa: E402
@@ -488,6 +489,8 @@ from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowErr
                      check_messages, compaction_stats, content_text, estimate_tokens, is_summary, model_configured,
                      request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text,
                      find_cut, pair_tool_results)
+from compact import (EXTRA_RULE, LATEST_NOTE, NOTE, PINS_NOTE, SAID_NOTE, SUMMARY_OUTRO, TASK_NOTE,  # noqa: E402
+                     reasoning_text, summary_body)  # what the page shows of a summary and an archived message
 
 # --- Requests: what every OpenAI-compatible server and chat template accepts (lesson 03) ----
 
@@ -994,8 +997,11 @@ class Strategy:
         if asked:
             self.seen.add(asked["id"])
             focus, level = requested_focus(asked["function"]["arguments"]), max(level, 1)
+        counted = self.state.compactions
         with waiting(label="compacting"):
             after = self.compactor.compact(messages, focus=focus, level=level, usage=self.usage)
+        if self.state.compactions > counted:  # the page (--view) draws it before the request that follows
+            self.state.log[-1]["request"] = len(self.sent)
         compacted = after is not messages
         if compacted:
             self.compactions += 1
@@ -1281,7 +1287,7 @@ def save_session(session: Session, config: Config, path: Path) -> Path | None:
     write that fails (a full disk) leaves the last good file and no temporary one, in one line."""
     c = session.compaction
     data = {"version": 2, "strategy": c.name, "messages": session.messages,
-            "state": asdict(c.state) if c.state is not None else None,
+            "state": asdict(c.state) if c.state is not None else None, "sent": c.sent,
             "archive": str(c.archive.path) if c.archive is not None else None}
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".session-")
     try:
@@ -1404,6 +1410,10 @@ def read_session(path: Path) -> dict:
         data["state"] = saved_state(data.get("state"))
         if not isinstance(data.get("archive") or "", str):
             raise TypeError("archive is not a path")
+        sent = data.setdefault("sent", [])  # (messages, tokens) of each request, for the page (--view)
+        if not isinstance(sent, list) or not all(isinstance(r, list) and len(r) == 2 and all(
+                isinstance(v, int) for v in r) for r in sent):
+            raise TypeError("sent is not a list of [messages, tokens] pairs")
     except (ValueError, TypeError, RecursionError, ServerReplyError) as error:  # UnicodeDecodeError is a ValueError
         raise ConfigError(f"{path} is damaged and was left untouched ({printable(error, 100)}); move it away "
                           "to start afresh") from None
@@ -1440,6 +1450,7 @@ def resume_session(session: Session, data: dict) -> None:
     c = session.compaction
     if data["state"] is not None and c.state is not None and data["strategy"] == c.name:
         c.state.__dict__.update(data["state"].__dict__)
+        c.sent, c.compactions = [tuple(r) for r in data.get("sent", [])], c.state.compactions  # the page's sawtooth
     archive = Path(data["archive"]) if data.get("archive") else None
     # only ever append to an archive inside the agent's own records folder
     if archive and c.archive is not None and archive.parent == c.archive.path.parent:
@@ -1452,10 +1463,11 @@ HELP = """/help                 this list
 /context              what the next request holds, by kind, against the window, and the compactions so far
 /compact [focus]      compact now, keeping what matters for the focus
 /strategy NAME        switch the compaction strategy for the rest of the session
+/view                 write a page that shows every compaction (HTML, beside the session) and print its path
 /exit                 quit (Ctrl-D too); Ctrl-C stops the current turn, and at a prompt clears the line"""
 
 
-COMMANDS = ("/help", "/context", "/compact", "/strategy", "/exit", "/quit")
+COMMANDS = ("/help", "/context", "/compact", "/strategy", "/view", "/exit", "/quit")
 
 
 def tolerant_stdin() -> None:
@@ -1510,7 +1522,7 @@ def repl(session: Session, config: Config, model: Callable, ws: Workspace, path:
             continue
         word, lines = line.split()[0], line.strip().count("\n") + 1
         if lines == 1 and (word in COMMANDS or re.fullmatch(r"/\w*", word)):  # a typo: asked about
-            config, done = command(session, config, line, ws)
+            config, done = command(session, config, line, ws, path)
         else:  # a paste (sent whole), or a path, that starts with "/" is a question
             if line.startswith("/"):
                 print(f"[repl] {printable(word, 40)} is not a command: sent as a question" if lines == 1 else
@@ -1544,7 +1556,8 @@ def turn(session: Session, config: Config, question: str, model: Callable, ws: W
 EMPTY = "(the model's answer was empty)"
 
 
-def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple[Config, bool]:
+def command(session: Session, config: Config, line: str, ws: Workspace,
+            path: Path | None = None) -> tuple[Config, bool]:
     """Run one slash command; returns the (perhaps new) settings and whether to quit."""
     name, _, rest = line.partition(" ")
     if name in ("/exit", "/quit"):
@@ -1565,12 +1578,16 @@ def command(session: Session, config: Config, line: str, ws: Workspace) -> tuple
         config, old = replace(config, strategy=rest.strip()), session.compaction
         session.compaction = replace(make_compaction(config, archive=old.archive, ws=ws), usage=old.usage,
                                      sent=old.sent, compactions=old.compactions, seen=old.seen)
-        for kept in ("compactions", "tokens_saved", "failures", "last_error", "window"):  # the statistics go on
+        for kept in ("compactions", "tokens_saved", "failures", "last_error", "window", "log"):  # the statistics go on
             setattr(session.compaction.state, kept, getattr(old.state, kept))
         print(f"[strategy] {config.strategy} from now on")
     elif name == "/strategy":
         print(f"[strategy] {'unknown strategy ' + repr(rest.strip()) + '; ' if rest.strip() else ''}the current one "
               f"is {session.compaction.name}; choose one of {', '.join(STRATEGIES)}")
+    elif name == "/view" and path is not None:
+        write_view(session, path.with_suffix(".html"))
+    elif name == "/view":
+        print("[view] this session is not saved to a file, so it has no page")
     elif name == "/help":
         print(HELP)
     else:
@@ -1626,6 +1643,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--yes", action="store_true", help="run every command without asking, not only the known read-only ones")
     p.add_argument("--resume", action="store_true", help="continue the session saved last for this workspace")
     p.add_argument("--session", metavar="NAME", help="continue this saved session of the workspace (--resume lists them)")
+    p.add_argument("--view", action="store_true", help="when the run ends, write a page that shows every compaction "
+                   "(HTML, beside the session) and print its path")
     p.add_argument("--precise-tools", help="comma-separated tools whose results are never compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
@@ -1674,9 +1693,13 @@ def main(argv: list[str] | None = None) -> int:
                 answer = run_agent(session, args.task, saving(model, session, config, path), ws)
             finally:
                 save_session(session, config, path)
+                if args.view:
+                    write_view(session, path.with_suffix(".html"))
             finish(session, answer)
             return 3 if answer == stopped(session.max_iterations) else 0
         repl(session, config, model, ws, path, asked_first(args.task) if args.task else read_line)
+        if args.view:
+            write_view(session, path.with_suffix(".html"))
         return 0
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -1921,7 +1944,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
     if not args.repl:
         if args.resume:
             print("[demo] --resume continues a REPL session: add --repl (python tiny_agent.py --demo --repl --resume)")
-        run_demo(config)
+        run_demo(config, view=args.view)
         return 0
     with demo_copy() as folder:
         ws = AgentWorkspace(folder)
@@ -1936,12 +1959,16 @@ def demo(args: argparse.Namespace, config: Config) -> int:
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
         shown = replace(config, model="the offline demo model")
         repl(session, shown, DemoModel(window=config.context_window), ws, path)
+        if args.view:
+            write_view(session, path.with_suffix(".html"))
     return 0
 
 
-def run_demo(config: Config, log=print) -> Session:
+def run_demo(config: Config, log=print, view: bool = False) -> Session:
     """The main job with no model: the demo model surveys a temporary copy of this project, and the
-    report it wrote there is printed before the copy is deleted."""
+    report it wrote there is printed before the copy is deleted. `view`: its archive is kept in the
+    records, and the page that shows its compactions is written beside it."""
+    records = records_folder(HERE, label="demo") if view else None
     folders = " or ".join(dict.fromkeys(str(p) for p in (Path.cwd(), HERE)))  # one folder named once
     log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in {folders}): running the "
         "offline demo." if not model_configured()
@@ -1950,12 +1977,15 @@ def run_demo(config: Config, log=print) -> Session:
     with demo_copy() as folder:
         ws = AgentWorkspace(folder)
         log(f"[shell] {shell_mode(ws)}")
-        session = new_session(config, summarize_extractive, archive_dir=folder / ".archive", ws=ws)
+        archive = records / "archive" if view else folder / ".archive"
+        session = new_session(config, summarize_extractive, archive_dir=archive, ws=ws)
         answer = run_agent(session, DEMO_TASK, DemoModel(window=config.context_window), ws, log)
         report = folder / "REPORT.md"
         log("\n" + (report.read_text(encoding="utf-8") if report.exists() else "(no REPORT.md was written)"))
     log("[demo] the copy and its REPORT.md were temporary and are deleted; the table above is the report.")
     finish(session, answer, log)
+    if view:  # named as its archive is, beside the demo REPL's sessions
+        write_view(session, records / session.compaction.archive.path.with_suffix(".html").name, log)
     return session
 
 
@@ -1986,6 +2016,313 @@ def sawtooth_chart(sent: list[tuple[int, int]], height: int = 8) -> str:
     rows.append(f"         tokens sent at each of {len(tokens)} requests; messages: "
                 + " ".join(str(n) for n, _ in sent[:40]) + (" …" if len(sent) > 40 else ""))
     return "\n".join(rows)
+
+
+# --- The page: look at a compaction (the lessons' guide: "Look at a compaction") -------------
+# --view and /view write one HTML file beside the session, drawn from what the agent keeps anyway:
+# each request's size (Strategy.sent), each compaction's record (compact.compaction_record, kept in
+# CompactState.log) and the archive. No script, no font or file from elsewhere: it opens from disk.
+
+KINDS = {"system": "#b8c2cc", "user": "#8fbce6", "assistant": "#a9d89f", "tool call": "#f3c76b",
+         "tool result": "#d6d6d6", "summary": "#cda6ea"}  # a message's kind (compact.block) -> its colour
+COLUMN_PX = 640  # a panel's taller column: its blocks share this height by their tokens, and each
+ROW_PX = 18  # is at least one line of text tall
+RECORD_CHARS = 20_000  # an archived message longer than this shows its head and tail (the file holds it)
+PAGE_CSS = """body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1180px;
+padding:10px 14px;color:#1d1d1f;background:#fff}h1{font-size:21px;margin:8px 0;overflow-wrap:anywhere}
+h2{font-size:18px;margin:18px 0 4px}h3{font-size:15px;margin:14px 0 4px}.note{color:#555;font-size:13px}
+.damaged{color:#9b1c1c;font-size:13px}.key span{display:inline-block;padding:0 6px;margin:2px 2px 0 0;border-radius:3px;
+font-size:12px}.chart{position:relative;padding-top:18px}.marks a{position:absolute;top:0;font-size:11px;
+transform:translateX(-50%);color:#b42318}svg{display:block;width:100%;height:220px;background:#fafafa;
+border:1px solid #ddd}.wide{overflow-x:auto}table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;
+border-bottom:1px solid #e3e3e3;text-align:left;white-space:nowrap}.n{text-align:right}
+section.compaction{border-top:3px solid #ddd;margin-top:26px}.cols{display:grid;gap:10px;margin-top:8px;
+grid-template-columns:minmax(0,1fr) minmax(0,1fr)}.cols h3{margin:0 0 4px}ol.blocks{list-style:none;margin:0;
+padding:0;display:flex;flex-direction:column;gap:2px}ol.blocks li{display:flex;align-items:flex-start;gap:4px;
+box-sizing:border-box;min-height:18px;padding:1px 5px;border-radius:3px;font-size:12px;line-height:16px;
+overflow:hidden}ol.blocks span{flex:1;min-width:0;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+ol.blocks a{flex:none;font-weight:600;color:#1a3e8c}li.gone{outline:2px dashed #b42318;outline-offset:-2px;
+background-image:repeating-linear-gradient(135deg,transparent 0 6px,rgba(255,255,255,.6) 6px 9px)}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;border:1px solid #e3e3e3;padding:8px;font-size:12px;
+max-height:28em;overflow:auto;margin:4px 0}article.record{border-top:1px solid #e3e3e3;padding:6px 0}
+article.record:target{background:#fff3c4}@media (max-width:600px){body{font-size:14px;padding:8px}
+ol.blocks li{font-size:11px;padding:1px 3px}.cols{gap:6px}}""" + "".join(
+    f".k{i}{{background-color:{colour}}}" for i, colour in enumerate(KINDS.values()))
+
+
+def write_view(session: Session, path: Path, log=print) -> Path | None:
+    """Write the page of `session` to `path` and print the path on a line of its own, for a browser.
+    Everything on it is drawn from the session's records; a file that cannot be written is one line."""
+    records, trouble = archive_records(session.compaction.archive)
+    try:
+        path.write_text(view_html(path.stem, session.compaction, records, trouble), encoding="utf-8")
+    except OSError as error:
+        log(f"[view] the page could not be written: {printable(error, 160)}")
+        return None
+    log("[view] every compaction of this session on one page; open it in a browser:")
+    log(str(path))
+    return path
+
+
+def archive_records(archive: Archive | None) -> tuple[list, str]:
+    """The archive's records, or none and one line saying why: a damaged archive is said on the
+    page, not raised, and the panels still show each message's first characters."""
+    if archive is None:
+        return [], "this session keeps no archive: the messages that left show only their first characters"
+    try:
+        return archive.records(), ""
+    except (OSError, ValueError) as error:  # a line cut short, bytes that are not UTF-8
+        return [], f"the archive {archive.path} could not be read ({printable(error, 100)})"
+
+
+def view_html(name: str, strategy: Strategy, records: list, trouble: str) -> str:
+    """The whole page: the sawtooth of the requests, the list of compactions, a panel for each (one
+    line for a record that cannot be drawn), and the archived originals the panels link to."""
+    log, fixed, sent = strategy.state.log, strategy.compactor.fixed_tokens, strategy.sent
+    problems = {id(entry): record_problem(entry) for entry in log}
+    drawn = [entry for entry in log if not problems[id(entry)]]
+    parts = [f"<h1>Every compaction of {html.escape(name)}</h1><p class=note>Strategy {html.escape(strategy.name)}: "
+             f"{len(sent)} request{'s' * (len(sent) != 1)}, {len(log)} compaction{'s' * (len(log) != 1)} recorded.</p>"
+             "<p class=key>"
+             + "".join(f"<span class=k{i}>{kind}</span>" for i, kind in enumerate(KINDS))
+             + '<span style="outline:2px dashed #b42318">left the list</span></p>',
+             sawtooth_svg(sent, drawn, fixed), compaction_list(drawn, fixed)]
+    for entry in log:
+        if problems[id(entry)]:
+            parts.append(f"<p class=damaged>A compaction's record could not be drawn: {html.escape(problems[id(entry)])}."
+                         "</p>")
+            continue
+        threshold = strategy.compactor.threshold if entry["policy"] == strategy.name else \
+            POLICIES.get(entry["policy"], {}).get("threshold", 0)  # a record from before /strategy: its policy's
+        parts.append(compaction_panel(entry, fixed, threshold))
+    parts.append(archive_section(records, drawn, trouble))
+    return ('<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content="width=device-width,'
+            f'initial-scale=1"><title>{html.escape(name)}</title><style>{PAGE_CSS}</style></head><body>'
+            + "".join(parts) + "</body></html>")
+
+
+# A compaction's record as compact.compaction_record writes it: field -> type, and each row's types.
+RECORD = {"compaction": int, "policy": str, "level": int, "window": int, "effective": int, "trigger": (int, float),
+          "target": (int, float), "before_tokens": int, "after_tokens": int, "ratio": (int, float), "steps": list,
+          "before": list, "after": list}
+ROWS = {"steps": (str, int, int), "before": (str, int, str, (int, type(None)), str), "after": (str, int, str, str)}
+
+
+def record_problem(entry) -> str:
+    """Why a compaction's record cannot be drawn, or "": it may come from a session file, and a damaged
+    one is one line on the page, never a traceback."""
+    if not isinstance(entry, dict):
+        return f"it is a {type(entry).__name__}, not a record"
+    for key, kind in RECORD.items():
+        if not isinstance(entry.get(key), kind):
+            return f"its field {key!r} is missing or of the wrong type"
+    if not isinstance(entry.get("request", 0), int):
+        return "its field 'request' is not a number"
+    for key, kinds in ROWS.items():
+        for i, row in enumerate(entry[key]):
+            if not isinstance(row, list) or len(row) != len(kinds) or not all(map(isinstance, row, kinds)):
+                return f"row {i} of {key!r} is not what compaction_record writes"
+    return ""
+
+
+def outside(entry: dict, fixed: int) -> int:
+    """What a request carries besides the history, as the engine counts it (compact.request_tokens):
+    the system prompt, the tool schemas (`fixed`) and the list's 3. A record's history tokens plus
+    this are the request's tokens, the unit of the sawtooth."""
+    head = next((i for i, row in enumerate(entry["before"]) if row[0] != "system"), len(entry["before"]))
+    return sum(row[1] for row in entry["before"][:head]) + fixed + 3
+
+
+def limits(entry: dict, fixed: int) -> dict[str, int]:
+    """The window, the trigger and the target of one compaction, in the request's tokens."""
+    extra = outside(entry, fixed)
+    return {"window": entry["window"], "trigger": round(entry["trigger"] * entry["effective"]) + extra,
+            "target": round(entry["target"] * entry["effective"]) + extra}
+
+
+LINES = {"window": "#333", "trigger": "#d9480f", "target": "#2b8a3e"}  # the chart's lines, their colours
+
+
+def sawtooth_svg(sent: list, drawn: list[dict], fixed: int) -> str:
+    """Tokens sent at each request as bars, a red line where each compaction happened (its number
+    above, a link to its panel), and the window, the trigger and the target as lines: each
+    compaction's in force up to it, the last one's after it."""
+    if not sent:
+        return "<p class=note>No request was sent yet, so there is no sawtooth to draw.</p>"
+    placed = [entry for entry in drawn if 0 <= entry.get("request", -1) <= len(sent)]
+    top = max([t for _, t in sent] + [entry["window"] for entry in placed] + [1])
+    w, y = 1000 / len(sent), (lambda tokens: 200 - 190 * tokens / top)
+    shapes = [f'<rect x="{i * w:.2f}" y="{y(t):.1f}" width="{w * 0.8:.2f}" height="{200 - y(t):.1f}" fill="#6f93c4">'
+              f"<title>request {i + 1}: {n} messages, {t:,} tokens</title></rect>" for i, (n, t) in enumerate(sent)]
+    edges, marks, shown = [0] + [entry["request"] for entry in placed] + [len(sent)], [], -1.0
+    for k, entry in enumerate(placed):
+        x = edges[k + 1] * w
+        shapes += limit_lines(entry, fixed, edges[k] * w, x, y) + [
+            f'<line x1="{x:.2f}" x2="{x:.2f}" y1="0" y2="200" stroke="#b42318" stroke-opacity=".7" '
+            f'vector-effect="non-scaling-stroke"><title>compaction {entry["compaction"]} before request '
+            f'{edges[k + 1] + 1}: {html.escape(entry["policy"])}, {html.escape(steps_of(entry))}</title></line>']
+        if x - shown >= 60 or k == 0:  # a number where there is room for it; the table below lists them all
+            marks.append(f'<a href="#c{entry["compaction"]}" style="left:{x / 10:.2f}%">{entry["compaction"]}</a>')
+            shown = x
+    if placed:
+        shapes += limit_lines(placed[-1], fixed, edges[-2] * w, edges[-1] * w, y)
+    return (f'<h2>The sawtooth</h2><div class=chart><div class=marks>{"".join(marks)}</div><svg viewBox="0 0 1000 200" '
+            f'preserveAspectRatio="none" role="img" aria-label="tokens sent at each request">{"".join(shapes)}</svg>'
+            f"</div>" + chart_key(sent, placed[-1] if placed else None, fixed, top))
+
+
+def limit_lines(entry: dict, fixed: int, x1: float, x2: float, y: Callable) -> list[str]:
+    """The three lines of one compaction across the requests from x1 to x2."""
+    return [f'<line x1="{x1:.2f}" x2="{x2:.2f}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="{LINES[name]}" '
+            f'stroke-dasharray="{"none" if name == "window" else "6 4"}" vector-effect="non-scaling-stroke"/>'
+            for name, t in limits(entry, fixed).items()]
+
+
+def chart_key(sent: list, last: dict | None, fixed: int, top: int) -> str:
+    """What the chart shows, in words under it: the bars' unit and the lines' values."""
+    uncounted = sum(1 for _, t in sent if not t)
+    text = (f"Bars: the tokens of each of the {len(sent)} requests, as the server counted them (the top of the chart "
+            f"is {top:,})" + (f"; {uncounted} had no count from the server and show none" if uncounted else "")
+            + ". Red: a compaction, numbered above (a link to its panel).")
+    if last is not None:
+        text += " Lines, as the last compaction set them: " + ", ".join(
+            f'<b style="color:{LINES[name]}">{name} {tokens:,}</b>' for name, tokens in limits(last, fixed).items())
+        text += (f" (the trigger and the target are {last['trigger']:.0%} and {last['target']:.0%} of the room for "
+                 "messages, plus the system prompt and the tool schemas).")
+    return f"<p class=note>{text}</p>"
+
+
+def steps_of(entry: dict) -> str:
+    """The steps a compaction ran, in order."""
+    return ", ".join(step[0] for step in entry["steps"])
+
+
+def compaction_list(drawn: list[dict], fixed: int) -> str:
+    """Every compaction in one table: before which request, the strategy and its steps, and the
+    messages and tokens before and after."""
+    if not drawn:
+        return "<p class=note>No compaction yet: the history still fits.</p>"
+    rows = "".join(f'<tr><td><a href="#c{e["compaction"]}">{e["compaction"]}</a></td><td class=n>'
+                   f'{e["request"] + 1 if "request" in e else "?"}</td><td>{html.escape(e["policy"])}</td>'
+                   f'<td>{html.escape(steps_of(e))}</td><td class=n>{len(e["before"])} → {len(e["after"])}</td>'
+                   f'<td class=n>{e["before_tokens"] + outside(e, fixed):,} → {e["after_tokens"] + outside(e, fixed):,}'
+                   '</td></tr>'
+                   for e in drawn)
+    return ("<h2>The compactions</h2><div class=wide><table class=compactions><tr><th>#</th><th class=n>before request"
+            f"</th><th>strategy</th><th>steps</th><th class=n>messages</th><th class=n>tokens</th></tr>{rows}</table>"
+            "</div>")
+
+
+def cause(entry: dict, threshold: int) -> str:
+    """Why the engine compacted, from its record."""
+    if entry["level"] >= 2:
+        return "as far as it goes: the server refused the request as too long again"
+    if entry["level"] == 1:
+        return "now: /compact, the model's compact tool, or the server refused the request as too long"
+    if entry["before_tokens"] > entry["trigger"] * entry["effective"]:
+        return f"the history passed the trigger, {entry['trigger']:.0%} of the room for messages"
+    if 0 < threshold < len(entry["before"]):
+        return f"more than {threshold} messages"
+    return "a step that runs before every call, or one output too large alone"
+
+
+def compaction_panel(entry: dict, fixed: int, threshold: int) -> str:
+    """One compaction: its numbers and steps, then the messages before and after side by side, each a
+    block as tall as its tokens; what left is marked with what each step did to it and links to its
+    archive record; then the summary, the user's words carried under it, and what the steps wrote."""
+    n, before, after, extra = entry["compaction"], entry["before"], entry["after"], outside(entry, fixed)
+    px = COLUMN_PX / max(1, sum(row[1] for row in before), sum(row[1] for row in after))
+    steps = "".join(f"<tr><td>{html.escape(s)}</td><td class=n>{was + extra:,}</td><td class=n>{now + extra:,}</td>"
+                    f"<td class=n>{now - was:+,}</td></tr>" for s, was, now in entry["steps"])
+    scaled = f"; our estimates scaled ×{entry['ratio']:.2f} to the server's count" if entry["ratio"] > 1 else ""
+    summary = next((row[3] for row in after if row[0] == "summary" and row[2] != "kept"), None)
+    return (f'<section class=compaction id="c{n}"><h2>Compaction {n}</h2><p><b class=counts>{len(before)} → '
+            f'{len(after)} messages</b> · <b class=tokens>{entry["before_tokens"] + extra:,} → '
+            f'{entry["after_tokens"] + extra:,} tokens</b> · {html.escape(entry["policy"])}'
+            + (f" · before request {entry['request'] + 1}" if "request" in entry else "")
+            + f'</p><p class=note>Why: {html.escape(cause(entry, threshold))}. Window {entry["window"]:,} tokens, '
+            f'{entry["effective"]:,} of them for messages; trigger {limits(entry, fixed)["trigger"]:,}, target '
+            f'{limits(entry, fixed)["target"]:,} (tokens of the whole request{scaled}).</p>'
+            f'<div class=wide><table class=steps><tr><th>step</th><th class=n>tokens before</th><th class=n>after</th>'
+            f'<th class=n>change</th></tr>'
+            f'{steps}</table></div><div class=cols><div class=before><h3>Before: {len(before)} messages</h3>'
+            f'<ol class=blocks>{blocks(before, px, True)}</ol></div><div class=after><h3>After: {len(after)} '
+            f'messages</h3><ol class=blocks>{blocks(after, px, False)}</ol></div></div>'
+            + (summary_section(summary) if summary is not None else "") + written(after) + "</section>")
+
+
+def blocks(rows: list, px: float, before: bool) -> str:
+    """A column of messages: each a block as tall as its tokens (one line at least), coloured by its
+    kind and labelled with what happened to it (before: "kept", or each step that took it, "→ mask →
+    summary") or what made it (after); one that left is marked and links to the archive record that
+    holds it whole."""
+    out, kinds = [], list(KINDS)
+    for i, (kind, tokens, what, *rest) in enumerate(rows, 1):
+        gone = before and what != "kept"
+        done = what if what == "kept" else f"→ {what}" if before else f"by {what}"
+        link = f'<a href="#a{rest[0]}">archive #{rest[0]}</a>' if before and rest[0] is not None else ""
+        height = f' style="height:{round(tokens * px)}px"' if tokens * px > ROW_PX else ""
+        out.append(f'<li class="{"gone" if gone else "kept"} k{kinds.index(kind) if kind in kinds else ""}"{height} '
+                   f'title="{html.escape(rest[-1][:300])}"><span>{i} {html.escape(done)} · {tokens:,} · '
+                   f"{html.escape(kind)}</span>{link}</li>")
+    return "".join(out)
+
+
+def summary_section(text: str) -> str:
+    """The summary a compaction made, as the page shows it: its text, the user's words the engine
+    carried under it (compact.user_notes), and its other notes (files, focus, where the archive is)."""
+    summary = summary_body({"role": "user", "content": text})
+    notes = text.partition(EXTRA_RULE)[2].strip().removesuffix(SUMMARY_OUTRO).strip()
+    sections = re.split(rf"\n\n(?={re.escape(NOTE)})", notes) if notes else []
+    words = [s for s in sections if s.startswith((TASK_NOTE, SAID_NOTE, PINS_NOTE, LATEST_NOTE))]
+    others = [s for s in sections if s not in words]
+    return (f"<h3>The summary</h3><pre class=summary>{html.escape(summary)}</pre><h3>The user's words carried under "
+            "it</h3>" + (f"<pre class=words>{html.escape(chr(10).join(words))}</pre>" if words else
+                         "<p class='note words'>None: the user's messages are still in the list.</p>")
+            + (f"<details><summary>The engine's other notes under it ({len(others)})</summary><pre>"
+               f"{html.escape(chr(10).join(others))}</pre></details>" if others else ""))
+
+
+def written(after: list) -> str:
+    """What the steps wrote in place of what they took, the summary aside: a mask's placeholder, a
+    snipped output, an eviction's note."""
+    made = [(i, row) for i, row in enumerate(after, 1) if row[2] != "kept" and row[0] != "summary"]
+    if not made:
+        return ""
+    items = "".join(f"<li>{i} · {html.escape(row[0])} · by {html.escape(row[2])}<pre>{html.escape(row[3])}</pre></li>"
+                    for i, row in made)
+    return (f"<details><summary>What the steps wrote in place of what they took ({len(made)})</summary><ol>{items}</ol>"
+            "</details>")
+
+
+def archive_section(records: list, drawn: list[dict], trouble: str) -> str:
+    """Every archived original a panel links to, under its anchor; a record the file does not hold
+    whole is one line."""
+    linked = sorted({row[3] for entry in drawn for row in entry["before"] if row[3] is not None})
+    if not linked and not trouble:
+        return ""
+    items = [archived(k, records[k] if 0 <= k < len(records) else None, trouble) for k in linked]
+    return ("<h2 id=archive>What left, as the archive holds it</h2>"
+            + (f"<p class=damaged>{html.escape(trouble)}.</p>" if trouble else "") + "".join(items))
+
+
+def archived(k: int, record, trouble: str) -> str:
+    """One archived message: its text, its reasoning and its calls as they left (head and tail past
+    RECORD_CHARS), or one line when the record is missing or damaged."""
+    message = record.get("message") if isinstance(record, dict) else None
+    if not isinstance(message, dict):
+        why = "the archive file could not be read (above)" if trouble else \
+            "the archive file holds no such record" if record is None else "the record is damaged"
+        return f'<p class=damaged id="a{k}">archive #{k}: {html.escape(why)}.</p>'
+    calls = message.get("tool_calls") if isinstance(message.get("tool_calls"), list) else []
+    parts = [content_text(message), reasoning_text(message) and "reasoning:\n" + reasoning_text(message),
+             calls and "tool calls:\n" + "\n".join(json.dumps(call, ensure_ascii=False) for call in calls)]
+    text = "\n\n".join(p for p in parts if p)
+    if len(text) > RECORD_CHARS:
+        text = (f"{text[:RECORD_CHARS // 2]}\n\n[… {len(text) - RECORD_CHARS:,} characters the archive file holds, "
+                f"record #{k} …]\n\n{text[-RECORD_CHARS // 2:]}")
+    return (f'<article class=record id="a{k}"><b>archive #{k}</b> · {html.escape(str(message.get("role")))} · left '
+            f'at compaction {html.escape(str(record.get("compaction")))}<pre>{html.escape(text)}</pre></article>')
 
 
 # ════════════════════════════════════════════════════════════════════════════════════════════

@@ -24,9 +24,11 @@ Explains compact.py Part II ("How the engine ends: the archive"): Archive, mask_
   SECRET_VALUE; ("The engine"): Compactor.archived, Compactor(policy="layered", archive=...);
   tiny_agent.py Layer 1 ("bash"): run_tool; Layer 2 ("Tools"): AgentWorkspace(archive=...), recall;
   ("Sessions"): new_session(archive_dir=...).
-Run: python lessons/09_archive_and_recall.py
+Run: python lessons/09_archive_and_recall.py  (add --view page.html: the sawtooth run of part 5 drawn as
+  the agent's --view draws a session, every compaction and the archived originals, in one file)
 """
 
+import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -49,6 +51,9 @@ def with_secret(messages):
 
 
 def main():
+    parser = argparse.ArgumentParser(description="Lesson 09: the archive and the recall tool")
+    parser.add_argument("--view", metavar="PAGE", type=Path, help="write the page of part 5's sawtooth run here")
+    args = parser.parse_args()
     conversation = generate_conversation(60, seed=2)
     error = next(f.text for f in conversation.facts if f.kind == "error" and "middle" in f.where)
     messages = with_secret(conversation.messages)
@@ -103,6 +108,8 @@ def main():
               f"{kept.path.parent.name}/{kept.path.name[:8]}…; the recall tool reads it: {ws.archive is kept}")
         first = kept.search("def load_cart", width=60).split("\n")[0]
         print(f"[sawtooth] recall 'def load_cart' → {' '.join(first.split())}")
+        if args.view:  # the page reads the archive, so it is written before the folder goes
+            tiny_agent.write_view(session, args.view.resolve())
     print(f"\n[lesson 09] done: {len(lines)} archived messages, {len(hits)} search hits for {query}; "
           f"the sawtooth archived {len(records)}")
 
