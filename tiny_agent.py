@@ -1665,42 +1665,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if read := strict_env():
             print(f"[settings] read {read}")
-        workspace = Path(args.workspace)
-        if not workspace.is_dir():
-            raise ConfigError(f"--workspace {args.workspace}: " + ("is a file, not a folder" if workspace.exists()
-                                                                  else "no such folder"))
-        precise = tuple(t for t in re.split(r"[,\s]+", args.precise_tools or "") if t) or None
-        config = load_config(strategy=args.strategy, max_iterations=args.max_iterations, threshold=args.threshold,
-                             keep_recent=args.keep_recent, precise_tools=precise)
-        if args.demo or not model_configured():
-            return demo(args, config)
-        folder = records_folder(workspace)
-        ws = AgentWorkspace(workspace, approve=(lambda _: "y") if args.yes else ask_on_terminal,
-                            timeout=config.bash_timeout)
-        path, saved = start_records(folder, args.session or args.resume)
-        if saved and not args.strategy:
-            config = replace(config, strategy=saved["strategy"])  # resume what the session chose
-        session = new_session(config, archive_dir=folder / "archive", ws=ws)
-        if saved:
-            resume_session(session, saved)
-            print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}"
-                  + (f" (the session was saved with {saved['strategy']}; its state starts afresh)"
-                     if saved["strategy"] != config.strategy else ""))
-        print(f"[shell] {shell_mode(ws)}")
-        model = server_model(config, reserve=lambda: session.compaction.compactor.budget.reserved_output)
-        if args.task and not args.repl:
-            try:  # saved before every request, and at the end whatever the end: an answer, an error, Ctrl-C
-                answer = run_agent(session, args.task, saving(model, session, config, path), ws)
-            finally:
-                save_session(session, config, path)
-                if args.view:
-                    write_view(session, path.with_suffix(".html"))
-            finish(session, answer)
-            return 3 if answer == stopped(session.max_iterations) else 0
-        repl(session, config, model, ws, path, asked_first(args.task) if args.task else read_line)
-        if args.view:
-            write_view(session, path.with_suffix(".html"))
-        return 0
+        config = command_line_config(args)
+        return demo(args, config) if args.demo or not model_configured() else agent(args, config)
     except ConfigError as error:
         return fail(f"configuration: {error}")
     except (openai.OpenAIError, ServerReplyError, ContextOverflowError) as error:
@@ -1712,6 +1678,52 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except OSError as error:  # the records cannot be written: a full disk, a read-only home
         return fail(unwritable(error))
+
+
+def command_line_config(args: argparse.Namespace) -> Config:
+    """The settings: the command line's over the environment's (.env) over the defaults; a
+    --workspace that is not a folder is one line."""
+    workspace = Path(args.workspace)
+    if not workspace.is_dir():
+        raise ConfigError(f"--workspace {args.workspace}: " + ("is a file, not a folder" if workspace.exists()
+                                                              else "no such folder"))
+    precise = tuple(t for t in re.split(r"[,\s]+", args.precise_tools or "") if t) or None
+    return load_config(strategy=args.strategy, max_iterations=args.max_iterations, threshold=args.threshold,
+                       keep_recent=args.keep_recent, precise_tools=precise)
+
+
+def agent(args: argparse.Namespace, config: Config) -> int:
+    """With a model: the workspace's session (new, or the one --resume or --session names), then one
+    task, or the REPL (its first question the task with --repl); with --view the page at the end."""
+    folder = records_folder(Path(args.workspace))
+    ws = AgentWorkspace(Path(args.workspace), approve=(lambda _: "y") if args.yes else ask_on_terminal,
+                        timeout=config.bash_timeout)
+    path, saved = start_records(folder, args.session or args.resume)
+    if saved and not args.strategy:
+        config = replace(config, strategy=saved["strategy"])  # resume what the session chose
+    session = new_session(config, archive_dir=folder / "archive", ws=ws)
+    if saved:
+        resume_session(session, saved)
+        print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}"
+              + (f" (the session was saved with {saved['strategy']}; its state starts afresh)"
+                 if saved["strategy"] != config.strategy else ""))
+    print(f"[shell] {shell_mode(ws)}")
+    model = server_model(config, reserve=lambda: session.compaction.compactor.budget.reserved_output)
+    one_task = bool(args.task) and not args.repl
+    try:
+        if one_task:  # saved before every request, and at the end whatever the end: an answer, an error, Ctrl-C
+            answer = run_agent(session, args.task, saving(model, session, config, path), ws)
+        else:
+            repl(session, config, model, ws, path, asked_first(args.task) if args.task else read_line)
+    finally:
+        if one_task:
+            save_session(session, config, path)
+        if args.view:
+            write_view(session, path.with_suffix(".html"))
+    if not one_task:
+        return 0
+    finish(session, answer)
+    return 3 if answer == stopped(session.max_iterations) else 0
 
 
 def asked_first(question: str) -> Callable:

@@ -222,12 +222,15 @@ def sawtooth_had_to_compact(messages: list[dict], threshold: int, keep_recent: i
         return False
     middle, tail = messages[head:cut], messages[cut:]
     latest = compact.user_requests(messages)[-1:]
-    note = "" if not latest or any(m is latest[0] for m in tail) else (
-        "The user's latest request, verbatim:\n" + compact.content_text(latest[0]))
+    moved = [] if not latest or any(m is latest[0] for m in tail) else compact.cut_over(  # it stays a message
+        latest, compact.USER_TOKENS, "the user's latest request is longer than its room; the archive holds it whole",
+        lines=(compact.REQUEST_LINES, compact.REQUEST_LINES))
+    summarized = [m for m in middle if not moved or m is not latest[0]]
     summary = compact.summary_message(compact.with_notes(
-        compact.replaced_line(middle, compact.CompactState()) + "\n" + compact.summarize_extractive(middle), note))
-    ack = compact.message_tokens(compact.ACK) if tail[0].get("role") == "user" else 0  # turns alternate
-    return compact.message_tokens(summary) + ack < sum(compact.message_tokens(m) for m in middle)
+        compact.replaced_line(summarized, compact.CompactState()) + "\n" + compact.summarize_extractive(summarized), ""))
+    ack = compact.message_tokens(compact.ACK) if (moved or tail)[0].get("role") == "user" else 0  # turns alternate
+    after = compact.message_tokens(summary) + ack + sum(compact.message_tokens(m) for m in moved)
+    return after < sum(compact.message_tokens(m) for m in middle)
 
 
 def check_sawtooth(messages, threshold, keep_recent, valid_input, seen: Counter) -> None:
