@@ -221,11 +221,12 @@ class Compactor:
         TOO_LARGE_SHARE of it (five-layer: one message too large is its own trigger)."""
         start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
         look = messages[start:]  # the group of the last message seen before, which may have been unseen
-        out = cut_request(self, look, run.effective)
+        room = int(run.effective / run.ratio)  # the texts are measured by our estimate, the window by the server
+        out = cut_request(self, look, room)
         if self.layers:
             seen = max((i for i, m in enumerate(out) if m.get("role") == "assistant"), default=-1)
             keep = {id(m) for i, m in enumerate(out) if m.get("role") != "tool" or i > seen}  # unseen stay whole
-            limit = int(TOO_LARGE_SHARE * self.budget.effective([]))
+            limit = int(TOO_LARGE_SHARE * self.budget.effective([]) / run.ratio)
             out = cut_over(out, limit, f"this output alone was ~{{n:,}} tokens, over {TOO_LARGE_SHARE:.0%} of the "
                                        "window's room for messages, so it was cut once read",
                            keep | {id(m) for m in precise_messages(out, self.precise_tools)}, to=limit // 4)

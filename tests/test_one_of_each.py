@@ -260,3 +260,18 @@ def test_the_one_cutter_keeps_the_users_rules_from_the_part_it_cuts(tmp_path):
     assert rows[1_500] in cut and rows[1_700] in cut
     output = compact.cut_text("\n".join(rows), 500)
     assert rows[1_700] not in output and " cut …]" in output
+
+
+def test_a_message_too_large_is_cut_to_the_room_as_the_server_counts_it(tmp_path):
+    """The window is the server's count; our estimate of a text may be half of it (a tiny model's
+    tokenizer: the live refusal test ran out of room after its cut). The rule that cuts a message too
+    large measures the room in our estimate's units: the cut message takes at most half the room
+    as the server counts it."""
+    engine = Compactor(context_window=4_000, reserved_output=0, archive=compact.Archive(tmp_path / "a.jsonl"))
+    text = " ".join(f"note {k} moved." for k in range(300))
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": text}]
+    estimated = compact.estimate_tokens(messages)
+    assert estimated < engine.budget.effective(messages) // 2  # whole, by our estimate alone
+    out = engine.compact(messages, usage=(messages, 2 * estimated))  # the server counts twice as many
+    kept = compact.text_tokens(compact.content_text(out[-1]))
+    assert "chars cut" in out[-1]["content"] and 2 * kept <= engine.budget.effective(out) // 2
