@@ -1,0 +1,163 @@
+"""Issue 39: tests for the mutants that survived the suite, each a bug written from outside (the four
+the issue names) or made by mutmut over the mechanisms (README, "Mutation testing"), and the list
+of the mutants that change nothing (EQUIVALENT below, one line each saying why)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+from conftest import chat_response
+from test_repl import Script, agent_env, run_agent, server, tool_call, workspace  # noqa: F401
+from test_shell import path_without_bwrap  # noqa: F401
+
+import compact
+import tiny_agent
+from compact import Archive, Compactor
+
+# --- 1. `find -fls FILE` writes FILE: asked about, in the checker and from outside ------------
+
+
+@pytest.mark.parametrize("command", ["find . -fls f", "find . -name '*.py' -fls list.txt", "find src -fls out"])
+def test_find_writing_a_listing_with_fls_is_asked_about(command):
+    """READ_ONLY["find"] refuses -fls like -fprint: without it, these ran unasked."""
+    assert tiny_agent.needs_asking(command) is not None
+    assert tiny_agent.needs_asking(command.replace("-fls", "-ls")) is None  # the listing to the output is fine
+
+
+def test_find_fls_from_the_command_line_is_not_run_unasked(server, workspace, tmp_path, path_without_bwrap):
+    """The whole way, unconfined (inside bubblewrap a mistake of the checker could not write): a
+    scripted model calls bash with `find . -fls f`, stdin is not a terminal, so nobody says yes."""
+    (workspace / "notes.txt").write_text("notes\n")
+    script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command="find . -fls f")]),
+                             chat_response("DONE")])
+    done = run_agent(["--workspace", str(workspace), "list the files"],
+                     agent_env(script.base_url, PATH=path_without_bwrap), tmp_path / "cwd")
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-2000:]
+    (result,) = [m["content"] for m in script.turns[1]["messages"] if m["role"] == "tool"]
+    assert result.startswith("error: the user did not allow this command (")
+    assert sorted(p.name for p in workspace.iterdir()) == ["notes.txt"]  # no f
+
+
+# --- 2. A tool call whose function name is "" -------------------------------------------------
+
+
+def test_a_tool_call_with_an_empty_function_name_is_one_line_not_a_call():
+    """Both readers refuse it: the history would keep a call to no tool, which a server refuses."""
+    sent = json.dumps({"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}]}}]})
+    for read in (tiny_agent.read_reply, tiny_agent.read_whole_reply):
+        with pytest.raises(tiny_agent.ServerReplyError) as raised:
+            read(sent)
+        assert "not named functions" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_saved_session_with_a_call_to_no_function_is_damaged(tmp_path):
+    """The same reader checks a saved session: a call named "" is not resumed."""
+    path = tmp_path / "session-1.json"
+    path.write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"}]}))
+    with pytest.raises(tiny_agent.ConfigError, match="damaged"):
+        tiny_agent.read_session(path)
+
+
+# --- 3. A Slack token and a JWT are masked -----------------------------------------------------
+
+SLACK = "xoxb-2048576012-4096123450123-Zq8wPkT3mN1vR7sB"
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkFkYSJ9."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+
+
+@pytest.mark.parametrize("secret", [SLACK, JWT, SLACK.replace("xoxb", "xoxp"), JWT.replace("-", "_")],
+                         ids=["slack bot", "jwt", "slack user", "jwt plain"])
+def test_a_slack_token_and_a_jwt_in_plain_text_are_masked(secret, tmp_path):
+    """SECRET_TOKEN's own patterns, with no secret-like name before them (SECRET_VALUE would mask
+    `token = "…"` anyway): in a tool output, in a call's arguments, and in the archive's file."""
+    output = f"posted with {secret} to #general\n"
+    masked = compact.mask_secrets(output)
+    assert secret not in masked and masked == "posted with [secret masked] to #general\n"
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"curl -H {secret}"})}}]}
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    archive.append([call, {"role": "tool", "tool_call_id": "c1", "content": output}], 1)
+    assert secret not in archive.path.read_text() and archive.path.read_text().count("[secret masked]") == 2
+
+
+# --- 4. The last resort archives what leaves before its summarizer reads it ------------------
+
+
+def test_the_last_resort_archives_what_leaves_before_its_summarizer_reads_it(tmp_path):
+    """echo-agent's order: archive, then summarize. The summarizer here checks that every message it
+    is given is already in the archive (a crash inside a model call loses nothing)."""
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    read = []
+
+    def summarizer(messages, focus=None):
+        held = [json.dumps(r["message"], sort_keys=True) for r in archive.records()]
+        read.append(all(json.dumps(compact.mask_secrets(m), sort_keys=True) in held for m in messages))
+        return "## Progress\n- the earlier turns went fine"
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."}]
+    for k in range(8):
+        history += [{"role": "assistant", "content": "", "tool_calls": [
+                        {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
+                    {"role": "tool", "tool_call_id": f"c{k}", "content": f"file_{k}.py\n" * 40}]
+    history.append({"role": "user", "content": "Go on."})
+    engine = Compactor(policy="layered", context_window=3_000, reserved_output=500, summarize=summarizer,
+                       archive=archive, layers=("last resort",))
+    out = engine.compact(history, level=1)
+    assert [step for step, *_ in engine.state.report] == ["last resort"] and read == [True]
+    assert archive.count() == len(history) - len(out) + 2  # the summary and its acknowledgement are new
+
+
+# --- Atomic saving: a save that fails leaves the last good file, and no temporary one ---------
+
+
+def saved_folder(folder):
+    """A session saved once in `folder` (the last good file), and what saves it again."""
+    folder.mkdir()
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config)
+    path = folder / "session-1.json"
+    assert tiny_agent.save_session(session, config, path) == path
+    session.messages.append({"role": "user", "content": "a question the next save carries"})
+    return path, path.read_bytes(), lambda: tiny_agent.save_session(session, config, path)
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+def test_a_save_that_fails_keeps_the_last_good_file_whole_and_leaves_no_temporary_one(tmp_path, monkeypatch, capsys,
+                                                                                      failing):
+    """A full disk at the flush (the new text is written by then: a save in place would have
+    truncated the file) or a rename that fails: the old bytes stay, nothing else is in the folder."""
+    path, good, save = saved_folder(tmp_path / "records")
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, failing, fail)
+    assert save() is None
+    monkeypatch.undo()
+    assert path.read_bytes() == good and os.listdir(path.parent) == ["session-1.json"]
+    assert capsys.readouterr().out.strip().endswith("the last saved copy stays; the run goes on")
+
+
+def test_a_save_killed_before_its_rename_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """A kill inside the save (here, the moment before the rename): the file named by the session is
+    still the last good one, and the temporary file the kill left is not taken for a session."""
+    path, good, save = saved_folder(tmp_path / "records")
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(Killed):
+        save()
+    monkeypatch.undo()
+    assert path.read_bytes() == good
+    assert tiny_agent.saved_sessions(path.parent) == [path]  # what the kill left is no session --resume lists
+    assert tiny_agent.read_session(path)["messages"] == json.loads(good)["messages"]
