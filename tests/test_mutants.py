@@ -161,3 +161,41 @@ def test_a_save_killed_before_its_rename_leaves_the_old_file_whole(tmp_path, mon
     assert path.read_bytes() == good
     assert tiny_agent.saved_sessions(path.parent) == [path]  # what the kill left is no session --resume lists
     assert tiny_agent.read_session(path)["messages"] == json.loads(good)["messages"]
+
+
+# --- What mutmut cannot change: the module's constants ----------------------------------------
+# mutmut mutates inside functions only; READ_ONLY, PLAIN and SECRET_TOKEN are module constants, so
+# each alternative they hold has a test here that fails when it is taken out (tests/mutate.py held
+# a few of these as hand-written mutants).
+
+REFUSED = {"find": ["-delete", "-exec rm '{}' +", "-execdir rm '{}' +", "-ok rm '{}' ';'", "-okdir rm '{}' ';'", "-fprint f",
+                    "-fprint0 f", "-fprintf f %p", "-fls f"],
+           "sort": ["-o f", "-uo f", "-T d", "-bT d", "--output=f", "--compress-program=gzip",
+                    "--temporary-directory=d"]}
+
+
+@pytest.mark.parametrize("program, option", [(p, o) for p, options in REFUSED.items() for o in options])
+def test_each_option_that_writes_or_runs_a_program_is_asked_about(program, option):
+    """READ_ONLY's refused options, each of them: find writes or runs with these, sort writes (a
+    program's `{}` and `;` quoted, so nothing else in the command is asked about)."""
+    start = "find . -name x" if program == "find" else "sort notes.txt"
+    assert tiny_agent.needs_asking(f"{start} {option}") is not None
+    assert tiny_agent.needs_asking(start) is None
+
+
+@pytest.mark.parametrize("special", list("<>;$`()*?[]{}~#!\\&\"'\n"))
+def test_every_character_bash_reads_specially_inside_a_word_is_asked_about(special):
+    """PLAIN holds only what means nothing to bash: a word with any other character is asked."""
+    assert tiny_agent.needs_asking(f"cat notes{special}txt") is not None
+    assert tiny_agent.needs_asking("cat notes.txt") is None
+
+
+TOKENS = {"openai": "sk-proj-" + "a1B2" * 6, "github": "ghp_" + "Zx9" * 8, "github oauth": "gho_" + "Zx9" * 8,
+          "aws": "AKIA" + "ABCDEFGH23456789", "slack": SLACK, "jwt": JWT, "bearer": "Bearer abcdefgh12345678"}
+
+
+@pytest.mark.parametrize("token", TOKENS.values(), ids=TOKENS.keys())
+def test_each_kind_of_token_secret_token_knows_is_masked_in_plain_text(token):
+    """SECRET_TOKEN's alternatives, each of them, with no secret-like name before the token."""
+    masked = compact.mask_secrets(f"see {token} here")
+    assert "[secret masked]" in masked and token.split()[-1] not in masked
