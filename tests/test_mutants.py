@@ -1,6 +1,8 @@
 """Issue 39: tests for the mutants that survived the suite, each a bug written from outside (the four
 the issue names) or made by mutmut over the mechanisms (README, "Mutation testing"), and the list
-of the mutants that change nothing (EQUIVALENT below, one line each saying why)."""
+of the mutants that change nothing (EQUIVALENT below, one line each saying why; the mutant's diff:
+`mutmut show NAME`). A name holds its number among its function's mutants: a function changed may
+renumber them, and tests/run_mutmut.py then reports the survivor unnamed (check it again)."""
 
 from __future__ import annotations
 
@@ -165,8 +167,8 @@ def test_a_save_killed_before_its_rename_leaves_the_old_file_whole(tmp_path, mon
 
 # --- What mutmut cannot change: the module's constants ----------------------------------------
 # mutmut mutates inside functions only; READ_ONLY, PLAIN and SECRET_TOKEN are module constants, so
-# each alternative they hold has a test here that fails when it is taken out (tests/mutate.py held
-# a few of these as hand-written mutants).
+# each alternative they hold has a test here that fails when it is taken out (the hand-written
+# mutants of the former tests/mutate.py that mutmut cannot make).
 
 REFUSED = {"find": ["-delete", "-exec rm '{}' +", "-execdir rm '{}' +", "-ok rm '{}' ';'", "-okdir rm '{}' ';'", "-fprint f",
                     "-fprint0 f", "-fprintf f %p", "-fls f"],
@@ -199,3 +201,23 @@ def test_each_kind_of_token_secret_token_knows_is_masked_in_plain_text(token):
     """SECRET_TOKEN's alternatives, each of them, with no secret-like name before the token."""
     masked = compact.mask_secrets(f"see {token} here")
     assert "[secret masked]" in masked and token.split()[-1] not in masked
+
+
+# --- The mutants that change nothing -------------------------------------------------------------
+# mutmut's name -> why no test can tell it from the code as written (python tests/run_mutmut.py reads
+# this without importing the tests; `mutmut show NAME` prints the change).
+EQUIVALENT: dict[str, str] = {
+}
+
+
+def test_each_equivalent_mutant_names_a_mechanism_and_says_why_in_one_line():
+    """A name of a function that is gone, or of one mutmut is not run over, is a stale line."""
+    import run_mutmut
+    for name, why in EQUIVALENT.items():
+        function, _, number = name.rpartition("__mutmut_")
+        assert number.isdigit() and function in run_mutmut.MECHANISMS, name
+        module, _, mangled = function.partition(".x")
+        owner = {"compact": compact, "tiny_agent": tiny_agent}[module]
+        for part in mangled.lstrip("_ǁ").split("ǁ"):
+            owner = getattr(owner, part)
+        assert why.strip() and "\n" not in why and len(why) <= 160, name
