@@ -1,7 +1,7 @@
 """Mutation testing over the mechanisms, with a tool nobody here wrote (mutmut, issue 39).
 
     python tests/run_mutmut.py                  # every mechanism below (hours on 2 cores)
-    python tests/run_mutmut.py find_cut Archive # only the functions whose name holds one of the words
+    python tests/run_mutmut.py find_cut Archive # only these functions (a class: its methods)
     python tests/run_mutmut.py --report         # the last results again, without running
 
 mutmut copies the project into ./mutants, changes one thing at a time inside a function, and runs
@@ -56,8 +56,9 @@ def equivalent() -> dict[str, str]:
 
 
 def chosen(words: list[str]) -> list[str]:
-    """The mechanisms whose name holds one of `words` (all without words), as mutmut's globs."""
-    return [f"{m}__mutmut_*" for m in MECHANISMS if not words or any(w in m for w in words)]
+    """The mechanisms named by `words`, a function's or a class's name (all without words), as
+    mutmut's globs."""
+    return [f"{m}__mutmut_*" for m in MECHANISMS if not words or set(words) & set(m.split(".x")[1].strip("_ǁ").split("ǁ"))]
 
 
 def results(globs: list[str]) -> dict[str, str]:

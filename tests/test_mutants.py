@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
+import tempfile
 
 import pytest
 from conftest import chat_response
@@ -221,3 +223,167 @@ def test_each_equivalent_mutant_names_a_mechanism_and_says_why_in_one_line():
         for part in mangled.lstrip("_ǁ").split("ǁ"):
             owner = getattr(owner, part)
         assert why.strip() and "\n" not in why and len(why) <= 160, name
+
+
+# --- The archive: what the recall tool reads -------------------------------------------------------
+
+
+def tokens_exactly(n: int) -> str:
+    """One line of `n` tokens by the project's count."""
+    text = "alpha " * (n - 10)
+    while compact.text_tokens(text) < n:
+        text += "b"
+    assert compact.text_tokens(text) == n
+    return text
+
+
+def test_the_archive_reads_a_message_back_as_indented_json_with_its_own_characters(tmp_path):
+    archive = Archive.in_folder(tmp_path, "s")
+    archive.append([{"role": "user", "content": "café ☕"}], 1)
+    assert archive.read(0) == '{\n "role": "user",\n "content": "café ☕"\n}'
+    assert archive.read(1) == "no archived message #1; the archive holds 1"
+    assert archive.read(-1) == "no archived message #-1; the archive holds 1"
+
+
+def test_the_archive_reads_back_at_most_a_third_of_max_chars_in_tokens(tmp_path):
+    """8,000 characters by default: a message of 2,666 tokens comes back whole, one of 2,667 cut
+    (on one line: by characters, what the cutter keeps of an enormous line)."""
+    archive = Archive.in_folder(tmp_path, "s")
+    whole, cut = tokens_exactly(2_666), tokens_exactly(2_667)
+    archive.append([{"role": "tool", "tool_call_id": "c1", "content": text} for text in (whole, cut)], 1)
+    assert json.loads(archive.read(0))["content"] == whole
+    shown = json.loads(archive.read(1))["content"]
+    assert shown != cut and "chars cut" in shown and compact.text_tokens(shown) <= 2_666
+    assert json.loads(archive.read(0, max_chars=6_000))["content"] != whole
+
+
+def test_the_archive_search_shows_the_newest_five_hits_each_in_one_line_of_300_characters(tmp_path):
+    archive = Archive.in_folder(tmp_path, "s")
+    archive.append([{"role": "user", "content": f"note {k}:   " + "word " * 100} for k in range(7)], 1)
+    archive.append([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "grep -rn needle src"}'}}]}], 2)
+    hits = archive.search("note").split("\n")
+    assert [h.split(":")[0] for h in hits] == ["#2 [user] note 2", "#3 [user] note 3", "#4 [user] note 4",
+                                             "#5 [user] note 5", "#6 [user] note 6"]
+    assert all(len(h) == len("#2 [user] ") + 300 and "  " not in h for h in hits)
+    assert archive.search("needle") == "#7 [assistant] bash(grep -rn needle src)"
+    assert archive.search("NOTE 6 word").startswith("#6 [user] note 6: word word")
+    assert archive.search("absent") == "no archived message contains 'absent'"
+
+
+# --- Session files: read like outside input, saved whole ----------------------------------------
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_record_is_read_only_as_a_regular_file_within_its_limit_in_one_line_each(tmp_path):
+    """read_record: a symbolic link, a missing file, a FIFO and a file over the limit are each one
+    line naming the file; a file of exactly the limit is read; nothing is left open."""
+    record = tmp_path / "session-1.json"
+    record.write_text("é" * 5)  # 10 bytes
+    assert tiny_agent.read_record(record, limit=10) == "é" * 5
+    (tmp_path / "link.json").symlink_to(record)
+    os.mkfifo(tmp_path / "fifo.json")
+    opened = open_descriptors()
+    expected = {tmp_path / "link.json": f"{tmp_path / 'link.json'} cannot be read (a symbolic link); move it away",
+                tmp_path / "gone.json": f"{tmp_path / 'gone.json'} cannot be read (No such file or directory); move it away",
+                tmp_path / "fifo.json": f"{tmp_path / 'fifo.json'} is not a regular file; move it away"}
+    for path, line in expected.items():
+        with pytest.raises(tiny_agent.ConfigError) as raised:
+            tiny_agent.read_record(path)
+        assert str(raised.value) == line
+    with pytest.raises(tiny_agent.ConfigError) as raised:
+        tiny_agent.read_record(record, limit=9)
+    assert str(raised.value) == f"{record} is 10 bytes, more than a session holds (9); move it away"
+    with pytest.raises(tiny_agent.ConfigError, match="1,234 bytes, more than a session holds \\(1,000\\)"):
+        (tmp_path / "big.json").write_bytes(b"x" * 1_234)
+        tiny_agent.read_record(tmp_path / "big.json", limit=1_000)
+    assert open_descriptors() == opened
+    assert tiny_agent.read_record(record) == "é" * 5  # the limit by default: SESSION_LIMIT
+
+
+def session_file(tmp_path, **fields):
+    path = tmp_path / "session-1.json"
+    path.write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": [{"role": "user", "content": "go"}],
+                                **fields}))
+    return path
+
+
+DAMAGED = {  # what a saved session holds -> what the one line says after "(", the file named before it
+    "a list": ([], "it holds a list, not an object"),
+    "version 3": ({"version": 3, "messages": []}, "it is version 3 of the format; this agent reads 1 and 2"),
+    "version '2'": ({"version": "2", "messages": []}, "it is version '2' of the format; this agent reads 1 and 2"),
+    "no messages": ({"messages": None}, "messages must be a list of dicts, not NoneType"),
+    "an unknown strategy": ({"strategy": "magic"}, "unknown strategy 'magic'"),
+    "a strategy not text": ({"strategy": 7}, "unknown strategy 7"),
+    "an archive not text": ({"archive": 7}, "archive is not a path"),
+    "a state field of another type": ({"state": {"summary": 7}}, "state field 'summary' is a int, not a str"),
+    "a tool result without its call's id": ({"messages": [{"role": "tool", "content": "x"}]},
+                                            "message 0: its content, tool_call_id or tool calls are not what a server sends"),
+}
+
+
+@pytest.mark.parametrize("held, said", DAMAGED.values(), ids=DAMAGED.keys())
+def test_a_damaged_session_is_one_line_naming_the_file_and_what_is_wrong(tmp_path, held, said):
+    path = tmp_path / "session-1.json"
+    path.write_text(json.dumps(held if isinstance(held, list) else {"version": 2, "strategy": "sawtooth", "messages": [
+        {"role": "user", "content": "go"}], **held}))
+    before = path.read_bytes()
+    with pytest.raises(tiny_agent.ConfigError) as raised:
+        tiny_agent.read_session(path)
+    assert str(raised.value) == f"{path} is damaged and was left untouched ({said}); move it away to start afresh"
+    assert path.read_bytes() == before
+
+
+def test_a_session_of_either_version_reads_with_its_defaults(tmp_path):
+    """Version 1 (no strategy, no state) and 2; no version reads as 2; an archive may be absent."""
+    for fields in ({"version": 1}, {}, {"version": 2, "archive": None}, {"archive": ""}):
+        path = tmp_path / "session-1.json"
+        path.write_text(json.dumps({"messages": [{"role": "user", "content": "go"}], **fields}))
+        data = tiny_agent.read_session(path)
+        assert data["strategy"] == "sawtooth" and data["state"] is None
+        assert data["messages"] == [{"role": "user", "content": "go"}]
+    path.write_text(json.dumps({"strategy": "hybrid", "messages": [], "archive": "/a/b.jsonl",
+                                "state": {"summary": "s", "pinned": ["Never push."]}}))
+    data = tiny_agent.read_session(path)
+    assert data["strategy"] == "hybrid" and data["archive"] == "/a/b.jsonl"
+    assert data["state"] == compact.CompactState(summary="s", pinned=["Never push."])
+
+
+def test_a_session_is_saved_owner_only_as_the_agent_reads_it(tmp_path, monkeypatch):
+    """What save_session writes: version 2, the strategy, the history as sent (its own characters),
+    the compaction's state and the archive's path; the temporary file beside it, not in /tmp."""
+    elsewhere = tmp_path / "tmp"
+    elsewhere.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive")
+    session.messages.append({"role": "user", "content": "café"})
+    session.compaction.state.summary = "résumé"
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+    assert tiny_agent.save_session(session, config, path) == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and os.listdir(elsewhere) == []
+    assert '"café"' in path.read_text(encoding="utf-8")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["version"] == 2 and data["strategy"] == session.compaction.name
+    assert data["messages"] == session.messages and data["state"]["summary"] == "résumé"
+    assert data["archive"] == str(session.compaction.archive.path)
+    assert tiny_agent.read_session(path)["messages"] == session.messages
+
+
+def test_a_first_save_that_fails_says_nothing_is_saved_yet(tmp_path, monkeypatch, capsys):
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config)
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", full)
+    assert tiny_agent.save_session(session, config, path) is None
+    assert capsys.readouterr().out == ("[session] could not save session-1.json (No space left on device): nothing is "
+                                       "saved yet; the run goes on\n")
+    assert os.listdir(path.parent) == []
