@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import tempfile
 
@@ -387,3 +388,56 @@ def test_a_first_save_that_fails_says_nothing_is_saved_yet(tmp_path, monkeypatch
     assert capsys.readouterr().out == ("[session] could not save session-1.json (No space left on device): nothing is "
                                        "saved yet; the run goes on\n")
     assert os.listdir(path.parent) == []
+
+
+# --- The reply reader, and the agent's own secrets ----------------------------------------------
+
+
+def test_layer_1s_reader_keeps_ids_names_and_arguments_and_makes_up_what_is_missing():
+    """assistant_message, field by field: a usable id kept, any other made up as call_ and 12 hex
+    digits; arguments "{}" when none came; the content text, or "" when it is not text."""
+    reply = tiny_agent.read_reply(json.dumps({"choices": [{"message": {"content": ["not text"], "tool_calls": [
+        {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls"}'}},
+        {"id": "", "function": {"name": "read_file", "arguments": None}},
+        {"id": 7, "function": {"name": "read_file", "arguments": ""}},
+        {"function": {"name": "recall"}}]}}]}))
+    assert reply["role"] == "assistant" and reply["content"] == ""
+    calls = reply["tool_calls"]
+    assert [c["type"] for c in calls] == ["function"] * 4 and calls[0]["id"] == "c1"
+    assert all(re.fullmatch(r"call_[0-9a-f]{12}", c["id"]) for c in calls[1:]) and len({c["id"] for c in calls}) == 4
+    assert [c["function"] for c in calls] == [{"name": "bash", "arguments": '{"command": "ls"}'},
+                                             {"name": "read_file", "arguments": "{}"},
+                                             {"name": "read_file", "arguments": "{}"},
+                                             {"name": "recall", "arguments": "{}"}]
+    assert tiny_agent.read_reply(json.dumps({"choices": [{"message": {"content": "hi \udcff"}}]})) == {
+        "role": "assistant", "content": "hi \ufffd"}  # no tool_calls key without calls; text made sendable
+    sent = {"choices": [{"message": {"content": "x", "tool_calls": [{"id": "c1", "function": "bash"}]}}]}
+    with pytest.raises(tiny_agent.ServerReplyError) as raised:
+        tiny_agent.read_reply(json.dumps(sent))
+    assert str(raised.value) == "tool calls that are not named functions: " + tiny_agent.printable(
+        sent["choices"][0]["message"], 120)
+
+
+@pytest.mark.parametrize("sent", ['{"choices": [{"message": "text"}]}', '{"choices": []}', "[1]", "nul"])
+def test_a_body_without_a_message_object_is_one_line_quoting_it(sent):
+    with pytest.raises(tiny_agent.ServerReplyError) as raised:
+        tiny_agent.reply_body(sent)
+    assert str(raised.value) == f"a reply that is not a chat completion: {tiny_agent.printable(sent, 120)}"
+
+
+def test_the_agents_own_secret_of_eight_characters_or_more_is_masked_by_its_name(monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "12345678")
+    monkeypatch.setenv("DB_PASSWORD", "hunter2!x")
+    monkeypatch.setenv("SHORT_KEY", "1234567")  # seven characters: too common to mask
+    monkeypatch.setenv("KEYRING_PATH", "/home/me/keyring")  # KEY not at the end: not a secret
+    assert tiny_agent.own_secrets_masked("t=12345678 p=hunter2!x s=1234567 k=/home/me/keyring") == (
+        "t=[GITHUB_TOKEN masked] p=[DB_PASSWORD masked] s=1234567 k=/home/me/keyring")
+
+
+def test_a_secret_literal_after_a_secret_like_name_is_masked_and_the_name_stays():
+    """SECRET_VALUE's two forms: a quoted literal after a name (JSON, Python) and a NAME=value line."""
+    assert compact.mask_secrets('{"api_key": "abcd1234efgh"}') == '{"api_key": "[secret masked]"}'
+    assert compact.mask_secrets("password = 'correct-horse'") == "password = '[secret masked]'"
+    assert compact.mask_secrets("export DB_TOKEN=abcdefgh123\nok") == "export DB_TOKEN=[secret masked]\nok"
+    assert compact.mask_secrets('token = request.GET.get("token")') == 'token = request.GET.get("token")'
+    assert compact.mask_secrets({"content": ["sk-" + "a" * 20, 3]}) == {"content": ["[secret masked]", 3]}
