@@ -366,22 +366,15 @@ def assistant_message(message: dict) -> dict:
     try:
         calls = [{"id": c["id"] if isinstance(c.get("id"), str) and c["id"] else f"call_{os.urandom(6).hex()}",
                   "type": "function", "function": {
-            "name": function_name(c), "arguments": safe_text(c["function"].get("arguments") or "{}")}}
+            "name": safe_text(c["function"]["name"]), "arguments": safe_text(c["function"].get("arguments") or "{}")}}
             for c in message.get("tool_calls") or []]
+        if not all(c["function"]["name"] for c in calls):  # a call to "" names no tool; a server refuses it
+            raise LookupError("a function name that is empty")
     except (AttributeError, LookupError, TypeError):
         raise ServerReplyError(f"tool calls that are not named functions: {printable(message, 120)}") from None
     content = message.get("content")
     reply = {"role": "assistant", "content": safe_text(content) if isinstance(content, str) else ""}
     return {**reply, "tool_calls": calls} if calls else reply
-
-
-def function_name(call: dict) -> str:
-    """A call's function name, never empty: a call to "" names no tool, and a server refuses it when
-    the history is sent back (a LookupError, so assistant_message says what was sent)."""
-    name = safe_text(call["function"]["name"])
-    if not name:
-        raise LookupError("a function name that is empty")
-    return name
 
 
 def read_reply(text: str) -> dict:

@@ -28,7 +28,6 @@ MECHANISMS = [
     # the approval checker and the sandbox's arguments; the file tools; the reply reader
     "tiny_agent.x_needs_asking", "tiny_agent.xǁAgentWorkspaceǁshell", "tiny_agent.x_tool_path",
     "tiny_agent.x_replace_file", "tiny_agent.x_reply_body", "tiny_agent.x_assistant_message",
-    "tiny_agent.x_function_name",
     # session saving and loading; the agent's own secrets masked
     "tiny_agent.x_save_session", "tiny_agent.x_read_session", "tiny_agent.x_read_record",
     "tiny_agent.x_own_secrets_masked",

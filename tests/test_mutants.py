@@ -441,3 +441,17 @@ def test_a_secret_literal_after_a_secret_like_name_is_masked_and_the_name_stays(
     assert compact.mask_secrets("export DB_TOKEN=abcdefgh123\nok") == "export DB_TOKEN=[secret masked]\nok"
     assert compact.mask_secrets('token = request.GET.get("token")') == 'token = request.GET.get("token")'
     assert compact.mask_secrets({"content": ["sk-" + "a" * 20, 3]}) == {"content": ["[secret masked]", 3]}
+
+
+def test_an_archive_in_a_new_folder_is_owner_only_and_named_by_the_time_and_process(tmp_path):
+    archive = Archive.in_folder(tmp_path / "records" / "archive")
+    assert stat.S_IMODE((tmp_path / "records" / "archive").stat().st_mode) == 0o700
+    assert re.fullmatch(rf"session-\d{{8}}-\d{{6}}-{os.getpid()}\.jsonl", archive.path.name)
+    assert archive.path.parent == tmp_path / "records" / "archive"
+    assert Archive.in_folder(tmp_path / "records" / "archive", "s").path.name == "session-s.jsonl"  # again: no error
+    assert archive.count() == 0 and archive.records() == [] and not archive.path.exists()
+    archive.append([{"role": "user", "content": "a\nb"}, {"role": "user", "content": "c"}], 3)
+    assert archive.count() == 2 and stat.S_IMODE(archive.path.stat().st_mode) == 0o600
+    assert archive.records() == [{"compaction": 3, "message": {"role": "user", "content": "a\nb"}},
+                                 {"compaction": 3, "message": {"role": "user", "content": "c"}}]
+    assert archive.append([{"role": "user", "content": "d"}], 4) == 2  # the number of its first record
