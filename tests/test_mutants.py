@@ -411,14 +411,15 @@ def test_layer_1s_reader_keeps_ids_names_and_arguments_and_makes_up_what_is_miss
                                              {"name": "recall", "arguments": "{}"}]
     assert tiny_agent.read_reply(json.dumps({"choices": [{"message": {"content": "hi \udcff"}}]})) == {
         "role": "assistant", "content": "hi \ufffd"}  # no tool_calls key without calls; text made sendable
-    sent = {"choices": [{"message": {"content": "x", "tool_calls": [{"id": "c1", "function": "bash"}]}}]}
+    sent = {"choices": [{"message": {"content": "x" * 200, "tool_calls": [{"id": "c1", "function": "bash"}]}}]}
     with pytest.raises(tiny_agent.ServerReplyError) as raised:
         tiny_agent.read_reply(json.dumps(sent))
     assert str(raised.value) == "tool calls that are not named functions: " + tiny_agent.printable(
         sent["choices"][0]["message"], 120)
 
 
-@pytest.mark.parametrize("sent", ['{"choices": [{"message": "text"}]}', '{"choices": []}', "[1]", "nul"])
+@pytest.mark.parametrize("sent", ['{"choices": [{"message": "text"}]}', '{"choices": []}', "[1]", "nul",
+                                  '{"choices": [{"message": "' + "long " * 40 + '"}]}'])
 def test_a_body_without_a_message_object_is_one_line_quoting_it(sent):
     with pytest.raises(tiny_agent.ServerReplyError) as raised:
         tiny_agent.reply_body(sent)
