@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import tempfile
+from types import SimpleNamespace
 
 import pytest
 from conftest import chat_response
@@ -165,6 +166,8 @@ def test_a_save_killed_before_its_rename_leaves_the_old_file_whole(tmp_path, mon
     monkeypatch.undo()
     assert path.read_bytes() == good
     assert tiny_agent.saved_sessions(path.parent) == [path]  # what the kill left is no session --resume lists
+    (left,) = [p for p in path.parent.iterdir() if p != path]  # beside it (a rename within one file system)
+    assert left.name.startswith(".session-")  # hidden, and named for what it is
     assert tiny_agent.read_session(path)["messages"] == json.loads(good)["messages"]
 
 
@@ -268,6 +271,10 @@ def test_the_archive_search_shows_the_newest_five_hits_each_in_one_line_of_300_c
                                              "#5 [user] note 5", "#6 [user] note 6"]
     assert all(len(h) == len("#2 [user] ") + 300 and "  " not in h for h in hits)
     assert archive.search("needle") == "#7 [assistant] bash(grep -rn needle src)"
+    archive.append([{"role": "assistant", "content": "two calls", "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": c})}}
+        for k, c in enumerate(["ls", "pwd"])]}], 3)
+    assert archive.search("two") == "#8 [assistant] two calls bash(ls) bash(pwd)"
     assert archive.search("NOTE 6 word").startswith("#6 [user] note 6: word word")
     assert archive.search("absent") == "no archived message contains 'absent'"
 
@@ -305,6 +312,19 @@ def test_a_record_is_read_only_as_a_regular_file_within_its_limit_in_one_line_ea
     assert tiny_agent.read_record(record) == "é" * 5  # the limit by default: SESSION_LIMIT
 
 
+def test_a_record_that_grows_after_it_was_measured_is_read_only_up_to_the_limit(tmp_path, monkeypatch):
+    """The limit holds at the read too, not only at the size fstat reported a moment before."""
+    record = tmp_path / "session-1.json"
+    record.write_text("x" * 20)
+    measured = os.fstat
+
+    def smaller(fd):
+        info = measured(fd)
+        return os.stat_result((*info[:6], 5, *info[7:10]))
+    monkeypatch.setattr(os, "fstat", smaller)
+    assert tiny_agent.read_record(record, limit=10) == "x" * 10
+
+
 def session_file(tmp_path, **fields):
     path = tmp_path / "session-1.json"
     path.write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": [{"role": "user", "content": "go"}],
@@ -320,6 +340,7 @@ DAMAGED = {  # what a saved session holds -> what the one line says after "(", t
     "an unknown strategy": ({"strategy": "magic"}, "unknown strategy 'magic'"),
     "a strategy not text": ({"strategy": 7}, "unknown strategy 7"),
     "an archive not text": ({"archive": 7}, "archive is not a path"),
+    "a long strategy name": ({"strategy": "s" * 120}, "unknown strategy '" + "s" * 82 + "…"),  # 100 characters
     "a state field of another type": ({"state": {"summary": 7}}, "state field 'summary' is a int, not a str"),
     "a tool result without its call's id": ({"messages": [{"role": "tool", "content": "x"}]},
                                             "message 0: its content, tool_call_id or tool calls are not what a server sends"),
@@ -373,6 +394,20 @@ def test_a_session_is_saved_owner_only_as_the_agent_reads_it(tmp_path, monkeypat
     assert data["messages"] == session.messages and data["state"]["summary"] == "résumé"
     assert data["archive"] == str(session.compaction.archive.path)
     assert tiny_agent.read_session(path)["messages"] == session.messages
+
+
+def test_a_compaction_without_state_or_archive_is_saved_with_none_for_them(tmp_path):
+    """save_session reads only the compaction's name, state and archive: a stand-in without state
+    (a strategy of one's own) is saved with "state": null, and read back."""
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config)
+    session.compaction = SimpleNamespace(name="none", state=None, archive=None)
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+    assert tiny_agent.save_session(session, config, path) == path
+    data = json.loads(path.read_text())
+    assert data["state"] is None and data["archive"] is None and data["strategy"] == "none"
+    assert tiny_agent.read_session(path)["state"] is None
 
 
 def test_a_first_save_that_fails_says_nothing_is_saved_yet(tmp_path, monkeypatch, capsys):
