@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import locale
 import os
 import re
 import stat
@@ -491,3 +492,26 @@ def test_an_archive_in_a_new_folder_is_owner_only_and_named_by_the_time_and_proc
     assert archive.records() == [{"compaction": 3, "message": {"role": "user", "content": "a\nb"}},
                                  {"compaction": 3, "message": {"role": "user", "content": "c"}}]
     assert archive.append([{"role": "user", "content": "d"}], 4) == 2  # the number of its first record
+
+
+@pytest.fixture
+def ascii_locale():
+    """The C locale for this test (ASCII, as on a bare server): a file opened without an encoding
+    would be written in it; the agent's own files are UTF-8 whatever the locale."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    yield
+    locale.setlocale(locale.LC_CTYPE, before)
+
+
+def test_the_session_and_the_archive_are_utf_8_whatever_the_locale(tmp_path, ascii_locale):
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive")
+    session.messages.append({"role": "user", "content": "café ☕"})
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+    assert tiny_agent.save_session(session, config, path) == path
+    assert tiny_agent.read_session(path)["messages"][-1]["content"] == "café ☕"
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    archive.append([{"role": "user", "content": "café ☕"}], 1)
+    assert archive.records()[0]["message"]["content"] == "café ☕" and "café ☕" in archive.search("café")
