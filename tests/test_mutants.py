@@ -214,6 +214,13 @@ def test_each_kind_of_token_secret_token_knows_is_masked_in_plain_text(token):
 # mutmut's name -> why no test can tell it from the code as written (python tests/run_mutmut.py reads
 # this without importing the tests; `mutmut show NAME` prints the change).
 EQUIVALENT: dict[str, str] = {
+    "compact.xǁArchiveǁread__mutmut_22": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
+    "tiny_agent.x_save_session__mutmut_41": "ensure_ascii=None: json.dump reads it as a truth value, and None is false like False",
+    "tiny_agent.x_save_session__mutmut_38": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "tiny_agent.x_read_record__mutmut_42": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "tiny_agent.x_save_session__mutmut_51": "suppress(None): the except meets the temporary file always there (this process made "
+                                            "it; only the rename, which failed, removes it)",
+    "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
 }
 
 
