@@ -220,6 +220,7 @@ EQUIVALENT: dict[str, str] = {
     "tiny_agent.x_read_record__mutmut_42": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
     "tiny_agent.x_save_session__mutmut_51": "suppress(None): the except meets the temporary file always there (this process made "
                                             "it; only the rename, which failed, removes it)",
+    "compact.xǁArchiveǁrecords__mutmut_5": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
 }
 
@@ -522,3 +523,18 @@ def test_the_session_and_the_archive_are_utf_8_whatever_the_locale(tmp_path, asc
     archive = Archive.in_folder(tmp_path / "archive", "s")
     archive.append([{"role": "user", "content": "café ☕"}], 1)
     assert archive.records()[0]["message"]["content"] == "café ☕" and "café ☕" in archive.search("café")
+
+
+# --- The approval checker's reasons ----------------------------------------------------------------
+NOT_PROVED = "it is not a read-only program's plain words and simple quotes joined by |, && or ||"
+
+
+@pytest.mark.parametrize("command, why", [
+    ("> x", f"from character 1 (> x) {NOT_PROVED}"),  # no program at all
+    ("cat<x", f"from character 1 (cat<x) {NOT_PROVED}"),  # a known program, glued to a redirection
+    ("cat 'a'b", f"from character 8 (b) {NOT_PROVED}"),  # a word that goes on past its quote: no new program
+    ("echo ok; " + "x" * 30, f"from character 8 (; xxxxxxxxxxxxxxxxxx…) {NOT_PROVED}"),  # 20 characters shown
+    ("cat a | rm x", "`rm` is not a known read-only program"),
+])
+def test_the_reason_says_where_the_proof_stopped_and_names_a_program_only_after_a_joiner(command, why):
+    assert tiny_agent.needs_asking(command) == why
