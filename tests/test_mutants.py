@@ -221,6 +221,11 @@ EQUIVALENT: dict[str, str] = {
     "tiny_agent.x_save_session__mutmut_51": "suppress(None): the except meets the temporary file always there (this process made "
                                             "it; only the rename, which failed, removes it)",
     "compact.xǁArchiveǁrecords__mutmut_5": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "compact.xǁArchiveǁappend__mutmut_7": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
+    "compact.xǁArchiveǁappend__mutmut_36": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "compact.xǁArchiveǁcount__mutmut_17": "read(None) reads the file in one piece: the same newlines counted (the chunks only bound memory)",
+    "compact.xǁArchiveǁcount__mutmut_19": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
+    "compact.xǁArchiveǁcount__mutmut_20": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
 }
 
@@ -523,6 +528,7 @@ def test_the_session_and_the_archive_are_utf_8_whatever_the_locale(tmp_path, asc
     archive = Archive.in_folder(tmp_path / "archive", "s")
     archive.append([{"role": "user", "content": "café ☕"}], 1)
     assert archive.records()[0]["message"]["content"] == "café ☕" and "café ☕" in archive.search("café")
+    assert '"café ☕"' in archive.path.read_text(encoding="utf-8")  # as written, not \u escapes: grep finds it
 
 
 # --- The approval checker's reasons ----------------------------------------------------------------
