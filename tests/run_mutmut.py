@@ -7,8 +7,8 @@
 mutmut copies the project into ./mutants, changes one thing at a time inside a function, and runs
 the tests that called that function (pyproject.toml's [tool.mutmut] lists the test files). A mutant
 no test kills must be killed by a new test or named in EQUIVALENT (tests/test_mutants.py) with one
-line saying why it changes nothing; this exits 1 while a survivor is unnamed. `mutmut show NAME`
-prints a mutant's diff. Not part of CI (too slow).
+line saying why it changes nothing; this exits 1 while a survivor is unnamed or a mutant unchecked
+(an interrupted run). `mutmut show NAME` prints a mutant's diff. Not part of CI (too slow).
 """
 
 from __future__ import annotations
