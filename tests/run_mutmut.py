@@ -24,6 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The mechanisms: mutmut's names for their functions (module.x_function, module.xǁClassǁmethod).
+# Issue 39 ran these to the end, no survivor unnamed: needs_asking reply_body assistant_message
+# save_session read_session read_record own_secrets_masked mask_secrets Archive. The others are
+# configured but not yet run through (each survivor of theirs costs minutes: hundreds of tests call them).
 MECHANISMS = [
     # the approval checker; the file tools; the reply reader (mutmut leaves a decorated function
     # alone: AgentWorkspace.shell, the sandbox's arguments, has no mutants; the bubblewrap tests hold it)
