@@ -368,6 +368,8 @@ def assistant_message(message: dict) -> dict:
                   "type": "function", "function": {
             "name": safe_text(c["function"]["name"]), "arguments": safe_text(c["function"].get("arguments") or "{}")}}
             for c in message.get("tool_calls") or []]
+        if not all(c["function"]["name"] for c in calls):  # a call to "" names no tool; a server refuses it
+            raise LookupError
     except (AttributeError, LookupError, TypeError):
         raise ServerReplyError(f"tool calls that are not named functions: {printable(message, 120)}") from None
     content = message.get("content")

@@ -39,6 +39,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 BAD_DAY = {  # what a server sent -> a word the one line must hold
     "cut JSON": (message(content="hello")[:-7], "not a chat completion"),
     "function null": (message(tool_calls=[call(function=None)]), "not named functions"),
+    "function name empty": (message(tool_calls=[call(function={"name": "", "arguments": "{}"})]), "not named functions"),
     "a choice without message": (json.dumps({"choices": [{"index": 0, "finish_reason": "stop"}]}),
                                  "not a chat completion"),
     "no choices": (json.dumps({"object": "chat.completion"}), "not a chat completion"),
@@ -146,6 +147,8 @@ OUTCOMES: Counter = Counter()  # what the property met, checked by the test afte
          cut=None, as_text=True)
 @example(reply={"choices": [{"message": {"tool_calls": [{"id": "c1", "function": {"name": "bash", "arguments": {"a": 1}}},
                                                         {"id": "c1", "function": {"name": "x"}}]}}]}, cut=None, as_text=False)
+@example(reply={"choices": [{"message": {"tool_calls": [{"id": "c1", "function": {"name": "", "arguments": "{}"}}]}}]},
+         cut=None, as_text=False)  # a call to no function: one line (issue 39)
 @given(reply=whole | whole | damaged | json_values, cut=st.none() | st.none() | st.none() | st.integers(0, 400),
        as_text=st.booleans())
 def test_no_reply_shape_gives_a_traceback_only_a_valid_message_or_one_line(reply, cut, as_text):
@@ -163,7 +166,8 @@ def test_no_reply_shape_gives_a_traceback_only_a_valid_message_or_one_line(reply
     ids = [c["id"] for c in got.get("tool_calls", [])]
     assert all(isinstance(i, str) and i for i in ids) and (len(set(ids)) == len(ids) or not as_text)  # Layer 2 dedupes
     for c in got.get("tool_calls", []):
-        assert isinstance(c["function"]["name"], str) and isinstance(c["function"]["arguments"], str)
+        assert isinstance(c["function"]["name"], str) and c["function"]["name"]  # a call names a function
+        assert isinstance(c["function"]["arguments"], str)
         try:
             json.loads(c["function"]["arguments"])  # what run_tool does first: never a RecursionError
         except ValueError:

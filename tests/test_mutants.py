@@ -1,0 +1,548 @@
+"""Issue 39: tests for the mutants that survived the suite, each a bug written from outside (the four
+the issue names) or made by mutmut over the mechanisms (README, "Mutation testing"), and the list
+of the mutants that change nothing (EQUIVALENT below, one line each saying why; the mutant's diff:
+`mutmut show NAME`). A name holds its number among its function's mutants: a function changed may
+renumber them, and tests/run_mutmut.py then reports the survivor unnamed (check it again)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import locale
+import os
+import re
+import stat
+import tempfile
+from types import SimpleNamespace
+
+import pytest
+from conftest import chat_response
+from test_repl import Script, agent_env, run_agent, server, tool_call, workspace  # noqa: F401
+from test_shell import path_without_bwrap  # noqa: F401
+
+import compact
+import tiny_agent
+from compact import Archive, Compactor
+
+# --- 1. `find -fls FILE` writes FILE: asked about, in the checker and from outside ------------
+
+
+@pytest.mark.parametrize("command", ["find . -fls f", "find . -name '*.py' -fls list.txt", "find src -fls out"])
+def test_find_writing_a_listing_with_fls_is_asked_about(command):
+    """READ_ONLY["find"] refuses -fls like -fprint: without it, these ran unasked."""
+    assert tiny_agent.needs_asking(command) is not None
+    assert tiny_agent.needs_asking(command.replace("-fls", "-ls")) is None  # the listing to the output is fine
+
+
+def test_find_fls_from_the_command_line_is_not_run_unasked(server, workspace, tmp_path, path_without_bwrap):
+    """The whole way, unconfined (inside bubblewrap a mistake of the checker could not write): a
+    scripted model calls bash with `find . -fls f`, stdin is not a terminal, so nobody says yes."""
+    (workspace / "notes.txt").write_text("notes\n")
+    script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command="find . -fls f")]),
+                             chat_response("DONE")])
+    done = run_agent(["--workspace", str(workspace), "list the files"],
+                     agent_env(script.base_url, PATH=path_without_bwrap), tmp_path / "cwd")
+    assert done.returncode == 0 and "DONE" in done.stdout, done.stderr[-2000:]
+    (result,) = [m["content"] for m in script.turns[1]["messages"] if m["role"] == "tool"]
+    assert result.startswith("error: the user did not allow this command (")
+    assert sorted(p.name for p in workspace.iterdir()) == ["notes.txt"]  # no f
+
+
+# --- 2. A tool call whose function name is "" -------------------------------------------------
+
+
+def test_a_tool_call_with_an_empty_function_name_is_one_line_not_a_call():
+    """Both readers refuse it: the history would keep a call to no tool, which a server refuses."""
+    sent = json.dumps({"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}]}}]})
+    for read in (tiny_agent.read_reply, tiny_agent.read_whole_reply):
+        with pytest.raises(tiny_agent.ServerReplyError) as raised:
+            read(sent)
+        assert "not named functions" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_saved_session_with_a_call_to_no_function_is_damaged(tmp_path):
+    """The same reader checks a saved session: a call named "" is not resumed."""
+    path = tmp_path / "session-1.json"
+    path.write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"}]}))
+    with pytest.raises(tiny_agent.ConfigError, match="damaged"):
+        tiny_agent.read_session(path)
+
+
+# --- 3. A Slack token and a JWT are masked -----------------------------------------------------
+
+SLACK = "xoxb-2048576012-4096123450123-Zq8wPkT3mN1vR7sB"
+JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkFkYSJ9."
+       "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c")
+
+
+@pytest.mark.parametrize("secret", [SLACK, JWT, SLACK.replace("xoxb", "xoxp"), JWT.replace("-", "_")],
+                         ids=["slack bot", "jwt", "slack user", "jwt plain"])
+def test_a_slack_token_and_a_jwt_in_plain_text_are_masked(secret, tmp_path):
+    """SECRET_TOKEN's own patterns, with no secret-like name before them (SECRET_VALUE would mask
+    `token = "…"` anyway): in a tool output, in a call's arguments, and in the archive's file."""
+    output = f"posted with {secret} to #general\n"
+    masked = compact.mask_secrets(output)
+    assert secret not in masked and masked == "posted with [secret masked] to #general\n"
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": f"curl -H {secret}"})}}]}
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    archive.append([call, {"role": "tool", "tool_call_id": "c1", "content": output}], 1)
+    assert secret not in archive.path.read_text() and archive.path.read_text().count("[secret masked]") == 2
+
+
+# --- 4. The last resort archives what leaves before its summarizer reads it ------------------
+
+
+def test_the_last_resort_archives_what_leaves_before_its_summarizer_reads_it(tmp_path):
+    """echo-agent's order: archive, then summarize. The summarizer here checks that every message it
+    is given is already in the archive (a crash inside a model call loses nothing)."""
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    read = []
+
+    def summarizer(messages, focus=None):
+        held = [json.dumps(r["message"], sort_keys=True) for r in archive.records()]
+        read.append(all(json.dumps(compact.mask_secrets(m), sort_keys=True) in held for m in messages))
+        return "## Progress\n- the earlier turns went fine"
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."}]
+    for k in range(8):
+        history += [{"role": "assistant", "content": "", "tool_calls": [
+                        {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
+                    {"role": "tool", "tool_call_id": f"c{k}", "content": f"file_{k}.py\n" * 40}]
+    history.append({"role": "user", "content": "Go on."})
+    engine = Compactor(policy="layered", context_window=3_000, reserved_output=500, summarize=summarizer,
+                       archive=archive, layers=("last resort",))
+    out = engine.compact(history, level=1)
+    assert [step for step, *_ in engine.state.report] == ["last resort"] and read == [True]
+    assert archive.count() == len(history) - len(out) + 2  # the summary and its acknowledgement are new
+
+
+# --- Atomic saving: a save that fails leaves the last good file, and no temporary one ---------
+
+
+def saved_folder(folder):
+    """A session saved once in `folder` (the last good file), and what saves it again."""
+    folder.mkdir()
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config)
+    path = folder / "session-1.json"
+    assert tiny_agent.save_session(session, config, path) == path
+    session.messages.append({"role": "user", "content": "a question the next save carries"})
+    return path, path.read_bytes(), lambda: tiny_agent.save_session(session, config, path)
+
+
+@pytest.mark.parametrize("failing", ["replace", "fsync"])
+def test_a_save_that_fails_keeps_the_last_good_file_whole_and_leaves_no_temporary_one(tmp_path, monkeypatch, capsys,
+                                                                                      failing):
+    """A full disk at the flush (the new text is written by then: a save in place would have
+    truncated the file) or a rename that fails: the old bytes stay, nothing else is in the folder."""
+    path, good, save = saved_folder(tmp_path / "records")
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, failing, fail)
+    assert save() is None
+    monkeypatch.undo()
+    assert path.read_bytes() == good and os.listdir(path.parent) == ["session-1.json"]
+    assert capsys.readouterr().out.strip().endswith("the last saved copy stays; the run goes on")
+
+
+def test_a_save_killed_before_its_rename_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    """A kill inside the save (here, the moment before the rename): the file named by the session is
+    still the last good one, and the temporary file the kill left is not taken for a session."""
+    path, good, save = saved_folder(tmp_path / "records")
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(Killed):
+        save()
+    monkeypatch.undo()
+    assert path.read_bytes() == good
+    assert tiny_agent.saved_sessions(path.parent) == [path]  # what the kill left is no session --resume lists
+    (left,) = [p for p in path.parent.iterdir() if p != path]  # beside it (a rename within one file system)
+    assert left.name.startswith(".session-")  # hidden, and named for what it is
+    assert tiny_agent.read_session(path)["messages"] == json.loads(good)["messages"]
+
+
+# --- What mutmut cannot change: the module's constants ----------------------------------------
+# mutmut mutates inside functions only; READ_ONLY, PLAIN and SECRET_TOKEN are module constants, so
+# each alternative they hold has a test here that fails when it is taken out (the hand-written
+# mutants of the former tests/mutate.py that mutmut cannot make).
+
+REFUSED = {"find": ["-delete", "-exec rm '{}' +", "-execdir rm '{}' +", "-ok rm '{}' ';'", "-okdir rm '{}' ';'", "-fprint f",
+                    "-fprint0 f", "-fprintf f %p", "-fls f"],
+           "sort": ["-o f", "-uo f", "-T d", "-bT d", "--output=f", "--compress-program=gzip",
+                    "--temporary-directory=d"]}
+
+
+@pytest.mark.parametrize("program, option", [(p, o) for p, options in REFUSED.items() for o in options])
+def test_each_option_that_writes_or_runs_a_program_is_asked_about(program, option):
+    """READ_ONLY's refused options, each of them: find writes or runs with these, sort writes (a
+    program's `{}` and `;` quoted, so nothing else in the command is asked about)."""
+    start = "find . -name x" if program == "find" else "sort notes.txt"
+    assert tiny_agent.needs_asking(f"{start} {option}") is not None
+    assert tiny_agent.needs_asking(start) is None
+
+
+@pytest.mark.parametrize("special", list("<>;$`()*?[]{}~#!\\&\"'\n"))
+def test_every_character_bash_reads_specially_inside_a_word_is_asked_about(special):
+    """PLAIN holds only what means nothing to bash: a word with any other character is asked."""
+    assert tiny_agent.needs_asking(f"cat notes{special}txt") is not None
+    assert tiny_agent.needs_asking("cat notes.txt") is None
+
+
+TOKENS = {"openai": "sk-proj-" + "a1B2" * 6, "github": "ghp_" + "Zx9" * 8, "github oauth": "gho_" + "Zx9" * 8,
+          "aws": "AKIA" + "ABCDEFGH23456789", "slack": SLACK, "jwt": JWT, "bearer": "Bearer abcdefgh12345678"}
+
+
+@pytest.mark.parametrize("token", TOKENS.values(), ids=TOKENS.keys())
+def test_each_kind_of_token_secret_token_knows_is_masked_in_plain_text(token):
+    """SECRET_TOKEN's alternatives, each of them, with no secret-like name before the token."""
+    masked = compact.mask_secrets(f"see {token} here")
+    assert "[secret masked]" in masked and token.split()[-1] not in masked
+
+
+# --- The mutants that change nothing -------------------------------------------------------------
+# mutmut's name -> why no test can tell it from the code as written (python tests/run_mutmut.py reads
+# this without importing the tests; `mutmut show NAME` prints the change).
+EQUIVALENT: dict[str, str] = {
+    "compact.xǁArchiveǁread__mutmut_22": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
+    "tiny_agent.x_save_session__mutmut_41": "ensure_ascii=None: json.dump reads it as a truth value, and None is false like False",
+    "tiny_agent.x_save_session__mutmut_38": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "tiny_agent.x_read_record__mutmut_42": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "tiny_agent.x_save_session__mutmut_51": "suppress(None): the except meets the temporary file always there (this process made "
+                                            "it; only the rename, which failed, removes it)",
+    "compact.xǁArchiveǁrecords__mutmut_5": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "compact.xǁArchiveǁappend__mutmut_7": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
+    "compact.xǁArchiveǁappend__mutmut_36": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "compact.xǁArchiveǁcount__mutmut_17": "read(None) reads the file in one piece: the same newlines counted (the chunks only bound memory)",
+    "compact.xǁArchiveǁcount__mutmut_19": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
+    "compact.xǁArchiveǁcount__mutmut_20": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
+    "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
+}
+
+
+def test_each_equivalent_mutant_names_a_mechanism_and_says_why_in_one_line():
+    """A name of a function that is gone, or of one mutmut is not run over, is a stale line."""
+    import run_mutmut
+    for name, why in EQUIVALENT.items():
+        function, _, number = name.rpartition("__mutmut_")
+        assert number.isdigit() and function in run_mutmut.MECHANISMS, name
+        module, _, mangled = function.partition(".x")
+        owner = {"compact": compact, "tiny_agent": tiny_agent}[module]
+        for part in mangled.lstrip("_ǁ").split("ǁ"):
+            owner = getattr(owner, part)
+        assert why.strip() and "\n" not in why and len(why) <= 160, name
+
+
+# --- The archive: what the recall tool reads -------------------------------------------------------
+
+
+def tokens_exactly(n: int) -> str:
+    """One line of `n` tokens by the project's count."""
+    text = "alpha " * (n - 10)
+    while compact.text_tokens(text) < n:
+        text += "b"
+    assert compact.text_tokens(text) == n
+    return text
+
+
+def test_the_archive_reads_a_message_back_as_indented_json_with_its_own_characters(tmp_path):
+    archive = Archive.in_folder(tmp_path, "s")
+    archive.append([{"role": "user", "content": "café ☕"}], 1)
+    assert archive.read(0) == '{\n "role": "user",\n "content": "café ☕"\n}'
+    assert archive.read(1) == "no archived message #1; the archive holds 1"
+    assert archive.read(-1) == "no archived message #-1; the archive holds 1"
+
+
+def test_the_archive_reads_back_at_most_a_third_of_max_chars_in_tokens(tmp_path):
+    """8,000 characters by default: a message of 2,666 tokens comes back whole, one of 2,667 cut
+    (on one line: by characters, what the cutter keeps of an enormous line)."""
+    archive = Archive.in_folder(tmp_path, "s")
+    whole, cut = tokens_exactly(2_666), tokens_exactly(2_667)
+    archive.append([{"role": "tool", "tool_call_id": "c1", "content": text} for text in (whole, cut)], 1)
+    assert json.loads(archive.read(0))["content"] == whole
+    shown = json.loads(archive.read(1))["content"]
+    assert shown != cut and "chars cut" in shown and compact.text_tokens(shown) <= 2_666
+    assert json.loads(archive.read(0, max_chars=6_000))["content"] != whole
+
+
+def test_the_archive_search_shows_the_newest_five_hits_each_in_one_line_of_300_characters(tmp_path):
+    archive = Archive.in_folder(tmp_path, "s")
+    archive.append([{"role": "user", "content": f"note {k}:   " + "word " * 100} for k in range(7)], 1)
+    archive.append([{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "grep -rn needle src"}'}}]}], 2)
+    hits = archive.search("note").split("\n")
+    assert [h.split(":")[0] for h in hits] == ["#2 [user] note 2", "#3 [user] note 3", "#4 [user] note 4",
+                                             "#5 [user] note 5", "#6 [user] note 6"]
+    assert all(len(h) == len("#2 [user] ") + 300 and "  " not in h for h in hits)
+    assert archive.search("needle") == "#7 [assistant] bash(grep -rn needle src)"
+    archive.append([{"role": "assistant", "content": "two calls", "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": c})}}
+        for k, c in enumerate(["ls", "pwd"])]}], 3)
+    assert archive.search("two") == "#8 [assistant] two calls bash(ls) bash(pwd)"
+    assert archive.search("NOTE 6 word").startswith("#6 [user] note 6: word word")
+    assert archive.search("absent") == "no archived message contains 'absent'"
+
+
+# --- Session files: read like outside input, saved whole ----------------------------------------
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_record_is_read_only_as_a_regular_file_within_its_limit_in_one_line_each(tmp_path):
+    """read_record: a symbolic link, a missing file, a FIFO and a file over the limit are each one
+    line naming the file; a file of exactly the limit is read; nothing is left open."""
+    record = tmp_path / "session-1.json"
+    record.write_text("é" * 5)  # 10 bytes
+    assert tiny_agent.read_record(record, limit=10) == "é" * 5
+    (tmp_path / "link.json").symlink_to(record)
+    os.mkfifo(tmp_path / "fifo.json")
+    opened = open_descriptors()
+    expected = {tmp_path / "link.json": f"{tmp_path / 'link.json'} cannot be read (a symbolic link); move it away",
+                tmp_path / "gone.json": f"{tmp_path / 'gone.json'} cannot be read (No such file or directory); move it away",
+                tmp_path / "fifo.json": f"{tmp_path / 'fifo.json'} is not a regular file; move it away"}
+    for path, line in expected.items():
+        with pytest.raises(tiny_agent.ConfigError) as raised:
+            tiny_agent.read_record(path)
+        assert str(raised.value) == line
+    with pytest.raises(tiny_agent.ConfigError) as raised:
+        tiny_agent.read_record(record, limit=9)
+    assert str(raised.value) == f"{record} is 10 bytes, more than a session holds (9); move it away"
+    with pytest.raises(tiny_agent.ConfigError, match="1,234 bytes, more than a session holds \\(1,000\\)"):
+        (tmp_path / "big.json").write_bytes(b"x" * 1_234)
+        tiny_agent.read_record(tmp_path / "big.json", limit=1_000)
+    assert open_descriptors() == opened
+    assert tiny_agent.read_record(record) == "é" * 5  # the limit by default: SESSION_LIMIT
+
+
+def test_a_record_that_grows_after_it_was_measured_is_read_only_up_to_the_limit(tmp_path, monkeypatch):
+    """The limit holds at the read too, not only at the size fstat reported a moment before."""
+    record = tmp_path / "session-1.json"
+    record.write_text("x" * 20)
+    measured = os.fstat
+
+    def smaller(fd):
+        info = measured(fd)
+        return os.stat_result((*info[:6], 5, *info[7:10]))
+    monkeypatch.setattr(os, "fstat", smaller)
+    assert tiny_agent.read_record(record, limit=10) == "x" * 10
+
+
+def session_file(tmp_path, **fields):
+    path = tmp_path / "session-1.json"
+    path.write_text(json.dumps({"version": 2, "strategy": "sawtooth", "messages": [{"role": "user", "content": "go"}],
+                                **fields}))
+    return path
+
+
+DAMAGED = {  # what a saved session holds -> what the one line says after "(", the file named before it
+    "a list": ([], "it holds a list, not an object"),
+    "version 3": ({"version": 3, "messages": []}, "it is version 3 of the format; this agent reads 1 and 2"),
+    "version '2'": ({"version": "2", "messages": []}, "it is version '2' of the format; this agent reads 1 and 2"),
+    "no messages": ({"messages": None}, "messages must be a list of dicts, not NoneType"),
+    "an unknown strategy": ({"strategy": "magic"}, "unknown strategy 'magic'"),
+    "a strategy not text": ({"strategy": 7}, "unknown strategy 7"),
+    "an archive not text": ({"archive": 7}, "archive is not a path"),
+    "a long strategy name": ({"strategy": "s" * 120}, "unknown strategy '" + "s" * 82 + "…"),  # 100 characters
+    "a state field of another type": ({"state": {"summary": 7}}, "state field 'summary' is a int, not a str"),
+    "a tool result without its call's id": ({"messages": [{"role": "tool", "content": "x"}]},
+                                            "message 0: its content, tool_call_id or tool calls are not what a server sends"),
+}
+
+
+@pytest.mark.parametrize("held, said", DAMAGED.values(), ids=DAMAGED.keys())
+def test_a_damaged_session_is_one_line_naming_the_file_and_what_is_wrong(tmp_path, held, said):
+    path = tmp_path / "session-1.json"
+    path.write_text(json.dumps(held if isinstance(held, list) else {"version": 2, "strategy": "sawtooth", "messages": [
+        {"role": "user", "content": "go"}], **held}))
+    before = path.read_bytes()
+    with pytest.raises(tiny_agent.ConfigError) as raised:
+        tiny_agent.read_session(path)
+    assert str(raised.value) == f"{path} is damaged and was left untouched ({said}); move it away to start afresh"
+    assert path.read_bytes() == before
+
+
+def test_a_session_of_either_version_reads_with_its_defaults(tmp_path):
+    """Version 1 (no strategy, no state) and 2; no version reads as 2; an archive may be absent."""
+    for fields in ({"version": 1}, {}, {"version": 2, "archive": None}, {"archive": ""}):
+        path = tmp_path / "session-1.json"
+        path.write_text(json.dumps({"messages": [{"role": "user", "content": "go"}], **fields}))
+        data = tiny_agent.read_session(path)
+        assert data["strategy"] == "sawtooth" and data["state"] is None
+        assert data["messages"] == [{"role": "user", "content": "go"}]
+    path.write_text(json.dumps({"strategy": "hybrid", "messages": [], "archive": "/a/b.jsonl",
+                                "state": {"summary": "s", "pinned": ["Never push."]}}))
+    data = tiny_agent.read_session(path)
+    assert data["strategy"] == "hybrid" and data["archive"] == "/a/b.jsonl"
+    assert data["state"] == compact.CompactState(summary="s", pinned=["Never push."])
+
+
+def test_a_session_is_saved_owner_only_as_the_agent_reads_it(tmp_path, monkeypatch):
+    """What save_session writes: version 2, the strategy, the history as sent (its own characters),
+    the compaction's state and the archive's path; the temporary file beside it, not in /tmp."""
+    elsewhere = tmp_path / "tmp"
+    elsewhere.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive")
+    session.messages.append({"role": "user", "content": "café"})
+    session.compaction.state.summary = "résumé"
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+    assert tiny_agent.save_session(session, config, path) == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and os.listdir(elsewhere) == []
+    assert '"café"' in path.read_text(encoding="utf-8")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["version"] == 2 and data["strategy"] == session.compaction.name
+    assert data["messages"] == session.messages and data["state"]["summary"] == "résumé"
+    assert data["archive"] == str(session.compaction.archive.path)
+    assert tiny_agent.read_session(path)["messages"] == session.messages
+
+
+def test_a_compaction_without_state_or_archive_is_saved_with_none_for_them(tmp_path):
+    """save_session reads only the compaction's name, state, archive and the requests it sent (the
+    page's sawtooth): a stand-in without state (a strategy of one's own) is saved with "state": null,
+    and read back."""
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config)
+    session.compaction = SimpleNamespace(name="none", state=None, archive=None, sent=[[3, 120]])
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+    assert tiny_agent.save_session(session, config, path) == path
+    data = json.loads(path.read_text())
+    assert data["state"] is None and data["archive"] is None and data["strategy"] == "none"
+    assert data["sent"] == [[3, 120]]
+    assert tiny_agent.read_session(path)["state"] is None
+
+
+def test_a_first_save_that_fails_says_nothing_is_saved_yet(tmp_path, monkeypatch, capsys):
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config)
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", full)
+    assert tiny_agent.save_session(session, config, path) is None
+    assert capsys.readouterr().out == ("[session] could not save session-1.json (No space left on device): nothing is "
+                                       "saved yet; the run goes on\n")
+    assert os.listdir(path.parent) == []
+
+
+# --- The reply reader, and the agent's own secrets ----------------------------------------------
+
+
+def test_layer_1s_reader_keeps_ids_names_and_arguments_and_makes_up_what_is_missing():
+    """assistant_message, field by field: a usable id kept, any other made up as call_ and 12 hex
+    digits; arguments "{}" when none came; the content text, or "" when it is not text."""
+    reply = tiny_agent.read_reply(json.dumps({"choices": [{"message": {"content": ["not text"], "tool_calls": [
+        {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls"}'}},
+        {"id": "", "function": {"name": "read_file", "arguments": None}},
+        {"id": 7, "function": {"name": "read_file", "arguments": ""}},
+        {"function": {"name": "recall"}}]}}]}))
+    assert reply["role"] == "assistant" and reply["content"] == ""
+    calls = reply["tool_calls"]
+    assert [c["type"] for c in calls] == ["function"] * 4 and calls[0]["id"] == "c1"
+    assert all(re.fullmatch(r"call_[0-9a-f]{12}", c["id"]) for c in calls[1:]) and len({c["id"] for c in calls}) == 4
+    assert [c["function"] for c in calls] == [{"name": "bash", "arguments": '{"command": "ls"}'},
+                                             {"name": "read_file", "arguments": "{}"},
+                                             {"name": "read_file", "arguments": "{}"},
+                                             {"name": "recall", "arguments": "{}"}]
+    assert tiny_agent.read_reply(json.dumps({"choices": [{"message": {"content": "hi \udcff"}}]})) == {
+        "role": "assistant", "content": "hi \ufffd"}  # no tool_calls key without calls; text made sendable
+    sent = {"choices": [{"message": {"content": "x" * 200, "tool_calls": [{"id": "c1", "function": "bash"}]}}]}
+    with pytest.raises(tiny_agent.ServerReplyError) as raised:
+        tiny_agent.read_reply(json.dumps(sent))
+    assert str(raised.value) == "tool calls that are not named functions: " + tiny_agent.printable(
+        sent["choices"][0]["message"], 120)
+
+
+@pytest.mark.parametrize("sent", ['{"choices": [{"message": "text"}]}', '{"choices": []}', "[1]", "nul",
+                                  '{"choices": [{"message": "' + "long " * 40 + '"}]}'])
+def test_a_body_without_a_message_object_is_one_line_quoting_it(sent):
+    with pytest.raises(tiny_agent.ServerReplyError) as raised:
+        tiny_agent.reply_body(sent)
+    assert str(raised.value) == f"a reply that is not a chat completion: {tiny_agent.printable(sent, 120)}"
+
+
+def test_the_agents_own_secret_of_eight_characters_or_more_is_masked_by_its_name(monkeypatch):
+    monkeypatch.setenv("GITHUB_TOKEN", "12345678")
+    monkeypatch.setenv("DB_PASSWORD", "hunter2!x")
+    monkeypatch.setenv("SHORT_KEY", "1234567")  # seven characters: too common to mask
+    monkeypatch.setenv("KEYRING_PATH", "/home/me/keyring")  # KEY not at the end: not a secret
+    assert tiny_agent.own_secrets_masked("t=12345678 p=hunter2!x s=1234567 k=/home/me/keyring") == (
+        "t=[GITHUB_TOKEN masked] p=[DB_PASSWORD masked] s=1234567 k=/home/me/keyring")
+
+
+def test_a_secret_literal_after_a_secret_like_name_is_masked_and_the_name_stays():
+    """SECRET_VALUE's two forms: a quoted literal after a name (JSON, Python) and a NAME=value line."""
+    assert compact.mask_secrets('{"api_key": "abcd1234efgh"}') == '{"api_key": "[secret masked]"}'
+    assert compact.mask_secrets("password = 'correct-horse'") == "password = '[secret masked]'"
+    assert compact.mask_secrets("export DB_TOKEN=abcdefgh123\nok") == "export DB_TOKEN=[secret masked]\nok"
+    assert compact.mask_secrets('token = request.GET.get("token")') == 'token = request.GET.get("token")'
+    assert compact.mask_secrets({"content": ["sk-" + "a" * 20, 3]}) == {"content": ["[secret masked]", 3]}
+
+
+def test_an_archive_in_a_new_folder_is_owner_only_and_named_by_the_time_and_process(tmp_path):
+    archive = Archive.in_folder(tmp_path / "records" / "archive")
+    assert stat.S_IMODE((tmp_path / "records" / "archive").stat().st_mode) == 0o700
+    assert re.fullmatch(rf"session-\d{{8}}-\d{{6}}-{os.getpid()}\.jsonl", archive.path.name)
+    assert archive.path.parent == tmp_path / "records" / "archive"
+    assert Archive.in_folder(tmp_path / "records" / "archive", "s").path.name == "session-s.jsonl"  # again: no error
+    assert archive.count() == 0 and archive.records() == [] and not archive.path.exists()
+    archive.append([{"role": "user", "content": "a\nb"}, {"role": "user", "content": "c"}], 3)
+    assert archive.count() == 2 and stat.S_IMODE(archive.path.stat().st_mode) == 0o600
+    assert archive.records() == [{"compaction": 3, "message": {"role": "user", "content": "a\nb"}},
+                                 {"compaction": 3, "message": {"role": "user", "content": "c"}}]
+    assert archive.append([{"role": "user", "content": "d"}], 4) == 2  # the number of its first record
+
+
+@pytest.fixture
+def ascii_locale():
+    """The C locale for this test (ASCII, as on a bare server): a file opened without an encoding
+    would be written in it; the agent's own files are UTF-8 whatever the locale."""
+    before = locale.setlocale(locale.LC_CTYPE)
+    locale.setlocale(locale.LC_CTYPE, "C")
+    yield
+    locale.setlocale(locale.LC_CTYPE, before)
+
+
+def test_the_session_and_the_archive_are_utf_8_whatever_the_locale(tmp_path, ascii_locale):
+    config = tiny_agent.load_config()
+    session = tiny_agent.new_session(config, archive_dir=tmp_path / "archive")
+    session.messages.append({"role": "user", "content": "café ☕"})
+    path = tmp_path / "records" / "session-1.json"
+    path.parent.mkdir()
+    assert tiny_agent.save_session(session, config, path) == path
+    assert tiny_agent.read_session(path)["messages"][-1]["content"] == "café ☕"
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    archive.append([{"role": "user", "content": "café ☕"}], 1)
+    assert archive.records()[0]["message"]["content"] == "café ☕" and "café ☕" in archive.search("café")
+    assert '"café ☕"' in archive.path.read_text(encoding="utf-8")  # as written, not \u escapes: grep finds it
+
+
+# --- The approval checker's reasons ----------------------------------------------------------------
+NOT_PROVED = "it is not a read-only program's plain words and simple quotes joined by |, && or ||"
+
+
+@pytest.mark.parametrize("command, why", [
+    ("> x", f"from character 1 (> x) {NOT_PROVED}"),  # no program at all
+    ("cat<x", f"from character 1 (cat<x) {NOT_PROVED}"),  # a known program, glued to a redirection
+    ("cat 'a'b", f"from character 8 (b) {NOT_PROVED}"),  # a word that goes on past its quote: no new program
+    ("echo ok; " + "x" * 30, f"from character 8 (; xxxxxxxxxxxxxxxxxx…) {NOT_PROVED}"),  # 20 characters shown
+    ("cat a | rm x", "`rm` is not a known read-only program"),
+])
+def test_the_reason_says_where_the_proof_stopped_and_names_a_program_only_after_a_joiner(command, why):
+    assert tiny_agent.needs_asking(command) == why
