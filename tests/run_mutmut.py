@@ -44,7 +44,7 @@ MECHANISMS = [
     "compact.x_carry_user_words", "compact.x_user_notes", "compact.x_pins_text", "compact.x_find_constraints",
     "compact.x_pin", "compact.x_mask_secrets", "compact.xǁArchiveǁin_folder", "compact.xǁArchiveǁappend",
     "compact.xǁArchiveǁcount", "compact.xǁArchiveǁrecords", "compact.xǁArchiveǁsearch", "compact.xǁArchiveǁread",
-    "compact.x_cut_text", "compact.x_cut_over",
+    "compact.x_cut_text", "compact.x_is_cut_of", "compact.x_cut_over",
 ]
 DEAD = ("killed", "timeout", "segfault", "caught by type check")  # mutmut's words for a mutant a test stopped
 

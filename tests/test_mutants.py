@@ -227,6 +227,8 @@ EQUIVALENT: dict[str, str] = {
     "compact.xǁArchiveǁcount__mutmut_19": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
     "compact.xǁArchiveǁcount__mutmut_20": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
+    "compact.x_find_cut_within__mutmut_19": "used 1, not 0, only for an empty tail, which never enters the loop (that needs two groups)",
+    "compact.x_find_cut_within__mutmut_25": "max_tokens / 2 for // 2: used is an int, and an int passes m // 2 exactly when it passes m / 2",
 }
 
 
@@ -546,3 +548,74 @@ NOT_PROVED = "it is not a read-only program's plain words and simple quotes join
 ])
 def test_the_reason_says_where_the_proof_stopped_and_names_a_program_only_after_a_joiner(command, why):
     assert tiny_agent.needs_asking(command) == why
+
+
+# --- The engine's cut and tail: find_cut, groups, find_cut_within, is_cut_of, pin ------------------
+
+
+def say(role: str, text: str = "x") -> dict:
+    return {"role": role, "content": text}
+
+
+def call(k: int) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+
+
+def result(k: int) -> dict:
+    return {"role": "tool", "tool_call_id": f"c{k}", "content": "out"}
+
+
+def test_find_cut_keeps_at_least_one_message_and_steps_back_only_over_tool_results():
+    """The cut: `keep_recent` from the end (one at least), back over results to their call, never
+    before `head`, and a list that starts with results stops at `head`."""
+    talk = [say("user"), say("assistant"), say("user")]
+    assert compact.find_cut(talk, 1, 0) == 2 and compact.find_cut(talk, 0, 0) == 2
+    assert compact.find_cut(talk, 2, 0) == 1 and compact.find_cut(talk, 9, 1) == 1
+    calls = [say("user"), say("user"), call(1), result(1), result(1)]
+    assert compact.find_cut(calls, 2, 0) == 2 and compact.find_cut(calls, 1, 0) == 2
+    assert compact.find_cut([result(1), result(1)], 1, 0) == 0  # nothing before them: the head
+    assert compact.find_cut([say("system"), result(1), result(1)], 1, 1) == 1
+
+
+def test_groups_are_a_call_with_its_results_or_one_message_the_oldest_first():
+    messages = [say("system"), say("user"), call(1), result(1), result(1), say("assistant"), call(2), result(2)]
+    assert compact.groups(messages, 1) == [(1, 2), (2, 5), (5, 6), (6, 8)]
+    assert compact.groups(messages) == [(0, 1), (1, 2), (2, 5), (5, 6), (6, 8)]
+    assert compact.groups(messages, 8) == [] and compact.groups([]) == []
+
+
+def test_find_cut_within_drops_the_oldest_whole_groups_until_the_rest_takes_half_of_max_tokens():
+    """Exact sizes: the tail keeps groups while they pass half of `max_tokens`, the newest always;
+    no `max_tokens`, no limit; an empty list cuts at `head`."""
+    messages = [say("system"), say("user", "a"), say("assistant", "b " * 300), call(1), result(1)]
+    (s1, s2), s3 = map(compact.message_tokens, messages[1:3]), sum(map(compact.message_tokens, messages[3:]))
+    assert s1 < s3 < s2
+    within = compact.find_cut_within
+    assert within(messages, 4, 1, None) == 1 and within(messages, 4, 1, 0) == 1
+    assert within(messages, 4, 1, 2 * (s1 + s2 + s3)) == 1  # exactly half: stays
+    assert within(messages, 4, 1, 2 * (s2 + s3)) == 2  # the oldest goes, the rest is exactly half
+    assert within(messages, 4, 1, 2 * s3) == 3  # both older groups go, each by its own size
+    assert within(messages, 4, 1, 2 * s3 + 1) == 3 and within(messages, 4, 1, 2) == 3  # never the newest
+    assert within(messages, 1, 1, 2) == 3  # one group: nothing to drop
+    assert within([], 6, 0, 100) == 0 and within([say("system")], 6, 1, 100) == 1
+
+
+def test_is_cut_of_wants_a_text_over_240_characters_and_a_shorter_cut_with_its_first_and_last_60():
+    text = "".join(chr(ord("a") + k % 26) for k in range(241))
+    cut = text[:60] + "\n[… cut …]\n" + text[-60:]
+    assert compact.is_cut_of(cut, text)
+    assert not compact.is_cut_of(cut[:-1] + "?", text)  # the tail not kept
+    assert not compact.is_cut_of("?" + cut[1:], text)  # the head not kept
+    assert not compact.is_cut_of(text[:60] + "?" * 121 + text[-60:], text)  # as long as the text: no cut
+    short = text[:240]
+    assert not compact.is_cut_of(short[:60] + "…" + short[-60:], short)  # 240 characters: too short to tell
+    assert not compact.is_cut_of(short, short)
+    shorter = text[:200]
+    assert not compact.is_cut_of(shorter[:60] + shorter[-60:], shorter)
+
+
+def test_pin_adds_in_order_and_a_near_duplicate_takes_the_older_wordings_place():
+    assert compact.pin(["Never push.", "Use tabs."], ["never  PUSH.", "Run tests 3 times."]) == [
+        "never  PUSH.", "Use tabs.", "Run tests 3 times."]
+    assert compact.pin([], []) == [] and compact.pin(["Use tabs."], []) == ["Use tabs."]
