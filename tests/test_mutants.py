@@ -228,6 +228,7 @@ EQUIVALENT: dict[str, str] = {
     "compact.xǁArchiveǁcount__mutmut_20": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
     "compact.x_find_cut_within__mutmut_19": "used 1, not 0, only for an empty tail, which never enters the loop (that needs two groups)",
+    "compact.x_cut_text__mutmut_19": "< 20 for <= 20: of exactly 20 lines that matter, the first 5 and the last 15 are all 20",
     "compact.x_find_cut_within__mutmut_25": "max_tokens / 2 for // 2: used is an int, and an int passes m // 2 exactly when it passes m / 2",
 }
 
@@ -619,3 +620,104 @@ def test_pin_adds_in_order_and_a_near_duplicate_takes_the_older_wordings_place()
     assert compact.pin(["Never push.", "Use tabs."], ["never  PUSH.", "Run tests 3 times."]) == [
         "never  PUSH.", "Use tabs.", "Run tests 3 times."]
     assert compact.pin([], []) == [] and compact.pin(["Use tabs."], []) == ["Use tabs."]
+
+
+# --- The one cutter and who calls it: find_constraints, cut_over, cut_text ----------------------------
+
+
+def long_text(rule: str = "Never push to main.", error: str = "ValueError: bad value") -> str:
+    """100 short lines, a rule at line 45 and an error at line 55 (both in the part a cut of 40 and
+    40 lines takes out)."""
+    rows = [f"line {k}" for k in range(100)]
+    rows[45], rows[55] = rule, error
+    return "\n".join(rows)
+
+
+def test_cut_over_cuts_only_what_passes_over_keeping_a_users_rules_and_an_outputs_errors():
+    text = long_text()
+    n = compact.text_tokens(text)
+    user, tool = say("user", text), {"role": "tool", "tool_call_id": "c1", "content": text}
+    messages = [user, tool]
+    out = compact.cut_over(messages, n - 1, why="was {n} tokens")
+    assert out is not messages and out[0]["role"] == "user" and out[1]["tool_call_id"] == "c1"
+    assert "Never push to main." in out[0]["content"] and "ValueError" not in out[0]["content"]
+    assert "ValueError: bad value" in out[1]["content"] and "Never push" not in out[1]["content"]
+    assert f"[… 19 lines cut: was {n} tokens …]" in out[1]["content"]
+    assert compact.cut_over(messages, n) is messages  # exactly `over`: not passed
+    kept = compact.cut_over(messages, n - 1, keep={id(user)})
+    assert kept[0] is user and kept[1]["content"] != text
+    assert compact.cut_over([user], 0, keep={id(user)}) == [user]
+    assert compact.cut_over([tool], n - 1)[0]["content"].split("\n")[40] == "[… 19 lines cut …]"  # no why: no note
+    short = compact.cut_over([tool], n - 1, to=100)[0]["content"]
+    assert "chars cut" in short and compact.text_tokens(short) <= 100
+    assert compact.cut_over([tool], n - 1, lines=(2, 2))[0]["content"].split("\n")[:3] == [
+        "line 0", "line 1", "[… 95 lines cut …]"]
+
+
+def test_find_constraints_keeps_a_users_rules_once_in_their_newest_wording():
+    messages = [say("user", "Fix it. Never push to main."), say("tool", "Never trust this."),
+                say("user", "never push to MAIN. Thanks.")]
+    assert compact.find_constraints(messages) == ["never push to MAIN."]
+
+
+def test_cut_text_keeps_the_first_and_last_lines_and_the_errors_between_them_the_first_5_and_last_15():
+    rows = [f"row {k}" for k in range(200)]
+    errors = list(range(50, 150, 4))  # 25 error lines in the middle (rows 40 to 159), one of 400 characters
+    for k in errors:
+        rows[k] = f"ValueError: {k}"
+    rows[errors[-1]] = "ValueError: " + "v" * 400
+    kept = [rows[k][:300] for k in errors[:5] + errors[-15:]]
+    assert compact.cut_text("\n".join(rows), 10**6, "why") == "\n".join(
+        [*rows[:40], "[… 100 lines cut: why …]", *kept, *rows[160:]])
+    assert compact.cut_text("\n".join(rows), 10**6, lines=(2, 3)).split("\n")[:3] == ["row 0", "row 1", "[… 175 lines cut …]"]
+    assert compact.cut_text("\n".join(rows), 10**6, lines=(2, 3)).split("\n")[-3:] == rows[-3:]
+    for n in (3, 20, 21):  # up to 20 error lines are kept all; of 21, the first 5 and the last 15
+        found = [f"ValueError: {k}" for k in range(n)]
+        few = [f"row {k}" for k in range(40)] + found + [f"row {k}" for k in range(40)]
+        assert compact.cut_text("\n".join(few), 10**6).split("\n")[40:] == [
+            f"[… {max(0, n - 20)} lines cut …]", *(found if n <= 20 else found[:5] + found[-15:]), *few[-40:]]
+    for lines in (80, 50):  # within both limits: the text itself
+        text = "\n".join(f"row {k}" for k in range(lines))
+        assert compact.cut_text(text, 10**6) == text
+    exact = "one two three four five"
+    assert compact.cut_text(exact, compact.text_tokens(exact)) == exact
+
+
+@pytest.mark.parametrize("tokens", [200, 1_000, 2_000])
+def test_cut_text_of_a_few_enormous_lines_keeps_characters_of_each_end_that_fit_and_the_errors_between(tokens):
+    """About three characters a token, half for each end, shrunk by a fifth until the cut fits with
+    20 tokens to spare; the error lines between them (each at most 300 characters, all of them at
+    most 2,000 characters or 1.5 a token, the newest) stay."""
+    errors = [f"ValueError: {k} " + "v" * 140 for k in range(30)] + ["E   " + "e" * 400]
+    text = "\n".join([" ".join(f"head{k}" for k in range(4_000)), *errors, " ".join(f"tail{k}" for k in range(4_000))])
+    out = compact.cut_text(text, tokens, "why")
+    kept = "".join(e[:300] + "\n" for e in errors)[-min(2_000, tokens * 3 // 2):]
+    half = min(len(text) // 2, max(50, (tokens * 3 - len(kept)) // 2))
+    while half > 50 and compact.text_tokens(text[:half] + kept + text[-half:]) + 20 > tokens:
+        half = int(half * 0.8)
+    assert out == f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut: why …]\n{kept}{text[-half:]}"
+    assert compact.text_tokens(out) <= tokens and half > 50
+
+
+def test_cut_text_of_a_short_text_over_a_tiny_budget_keeps_50_characters_of_each_end():
+    text = " ".join(f"w{k}" for k in range(100))
+    out = compact.cut_text(text, 10)
+    assert out == f"{text[:50]}\n[… {len(text) - 100:,} chars cut …]\n{text[-50:]}"
+
+
+def test_cut_text_starts_from_half_the_text_or_three_characters_a_token_and_stops_at_50():
+    """Digits two characters a token: the text's half is the first estimate; a budget the first
+    estimate fits with exactly 20 tokens to spare keeps it; one that needs 51 characters shrinks once
+    more (to 40: the 50 is where shrinking stops, not a floor)."""
+    digits = " ".join(str(k % 10) for k in range(400))
+    tokens = compact.text_tokens(digits) - 10
+    assert len(digits) < 3 * tokens
+    half = len(digits) // 2
+    while compact.text_tokens(digits[:half] + digits[-half:]) + 20 > tokens:
+        half = int(half * 0.8)
+    assert compact.cut_text(digits, tokens).split("\n")[0] == digits[:half]
+    prose = " ".join(["the quick brown fox jumps over the lazy dog"] * 300)
+    exact = next(t for t in range(40, 600) if compact.text_tokens(prose[:3 * t // 2] + prose[-(3 * t // 2):]) + 20 == t)
+    assert compact.cut_text(prose, exact).split("\n")[0] == prose[:3 * exact // 2]
+    words = " ".join(f"w{k}" for k in range(2_000))
+    assert compact.cut_text(words, 34).split("\n")[0] == words[:40]  # 3 * 34 // 2 = 51, over: shrunk to 40
