@@ -721,3 +721,85 @@ def test_cut_text_starts_from_half_the_text_or_three_characters_a_token_and_stop
     assert compact.cut_text(prose, exact).split("\n")[0] == prose[:3 * exact // 2]
     words = " ".join(f"w{k}" for k in range(2_000))
     assert compact.cut_text(words, 34).split("\n")[0] == words[:40]  # 3 * 34 // 2 = 51, over: shrunk to 40
+
+
+# --- The engine's tail, when a step is due, what it archives; the pinned rules -------------------
+
+
+def stand_in_engine(keep_recent: int, trigger: float = 0.5, tail_share: float = 0.25) -> SimpleNamespace:
+    """What boundaries reads of an engine: an effective window of 100 tokens a message (so a window
+    read of another list shows)."""
+    return SimpleNamespace(budget=SimpleNamespace(effective=lambda messages: 100 * len(messages)),
+                           keep_recent=keep_recent, trigger=trigger, tail_share=tail_share)
+
+
+def test_boundaries_keep_the_newest_groups_within_the_tails_share_and_the_newest_always():
+    """keep_recent 0: whole groups, the newest first, while they take at most tail_share of the
+    window (exactly that share stays); the newest group stays even past it."""
+    messages = [say("system"), say("user", "a " * 40), say("assistant", "b " * 40), say("user", "c " * 40)]
+    s1, s2, s3 = map(compact.message_tokens, messages[1:])
+    effective = 100 * len(messages)
+    assert compact.boundaries(stand_in_engine(0, tail_share=(s2 + s3) / effective), messages) == (1, 2)
+    assert compact.boundaries(stand_in_engine(0, tail_share=(s2 + s3 - 1) / effective), messages) == (1, 3)
+    assert compact.boundaries(stand_in_engine(0, tail_share=1 / effective), messages) == (1, 3)  # the newest always
+    assert compact.boundaries(stand_in_engine(0, tail_share=1.0), messages) == (1, 1)
+    assert compact.boundaries(stand_in_engine(0, tail_share=1.0), messages[1:]) == (0, 0)
+
+
+def test_boundaries_with_keep_recent_cut_within_half_of_the_trigger_and_take_the_engines_by_default():
+    messages = [say("system"), say("user", "a " * 40), say("assistant", "b " * 40), say("user", "c " * 40)]
+    s3 = compact.message_tokens(messages[3])
+    effective = 100 * len(messages)
+    tight = stand_in_engine(3, trigger=2 * s3 / effective)  # half of trigger * effective: the newest alone
+    assert compact.boundaries(tight, messages) == (1, 3)
+    assert compact.boundaries(tight, messages, keep_recent=2) == (1, 3)
+    assert compact.boundaries(stand_in_engine(3, trigger=1.0), messages) == (1, 1)
+    assert compact.boundaries(stand_in_engine(2, trigger=1.0), messages) == (1, 2)
+    assert compact.boundaries(stand_in_engine(2, trigger=1.0), messages, keep_recent=3) == (1, 1)
+    assert compact.boundaries(stand_in_engine(2, trigger=1.0, tail_share=1.0), messages, keep_recent=0) == (1, 1)
+
+
+def test_a_step_is_due_when_forced_every_call_or_past_its_share_unless_stuck():
+    engine = Compactor()
+
+    def due(at=0.5, **fields):
+        return engine.due(at, compact.Pass(**{"level": 0, "size": 50, "effective": 100, **fields}))
+    assert due(level=1) and due(level=1, stuck=True) and due(0.0, size=0) and due(0.0, stuck=True)
+    assert not due() and due(size=51) and not due(size=51, stuck=True) and not due(1.0, size=51)
+    assert due(too_many=True) and not due(too_many=True, stuck=True) and not due(size=0, effective=0)
+    assert due(0.4) and due(0.4, too_many=True) and not due(size=0)
+
+
+def test_what_leaves_is_archived_once_with_the_next_compactions_number_and_its_record_noted(tmp_path):
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    archive.append([say("user", "before")], 1)
+    engine = Compactor(archive=archive)
+    engine.state.compactions = 2
+    a, b, c, d, e = (say("user", t) for t in "abcde")
+    run = compact.Pass(records={id(b): 0})
+    engine.archived([a, b, c, d, e], [a, d], run)
+    assert archive.records()[1:] == [{"compaction": 3, "message": c}, {"compaction": 3, "message": e}]
+    assert run.records == {id(b): 0, id(c): 1, id(e): 2}
+    engine.archived([a, d], [a, d], run)  # nothing leaves: nothing written
+    assert archive.count() == 3
+    fresh = Compactor(archive=Archive.in_folder(tmp_path / "other", "s"))
+    fresh.archived([a], [a], compact.Pass())
+    assert not fresh.archive.path.exists()
+    none = Compactor(archive=None)
+    run = compact.Pass()
+    none.archived([a, b], [a], run)
+    none.archived([a], [a], run)
+    assert run.records == {id(b): None}
+
+
+def test_the_pinned_rules_within_their_budget_newest_last_and_a_line_for_the_rest():
+    rules = [f"Never touch file_{k}.py." for k in range(5)]
+    each = compact.text_tokens(rules[0])
+    assert compact.pins_text([], 100) == ""
+    assert compact.pins_text(rules, 10**6) == compact.PINS_NOTE + "\n" + "\n".join(f"- {r}" for r in rules)
+    assert compact.pins_text(rules, 3 * each + 4) == compact.PINS_NOTE + "\n" + "\n".join(
+        f"- {r}" for r in rules[2:]) + "\n- … and 2 earlier constraints, not shown for space; the recall tool finds them in the archive"
+    assert compact.pins_text(rules, 3 * each + 3).endswith("\n- … and 3 earlier constraints, not shown for space; "
+                                                          "the recall tool finds them in the archive")
+    assert compact.pins_text(rules, 3 * each + 4, archived=False).endswith("- … and 2 earlier constraints, not shown for space")
+    assert compact.pins_text(rules, each - 1) == compact.PINS_NOTE + "\n\n- … and 5 earlier constraints, not shown for space; the recall tool finds them in the archive"
