@@ -803,3 +803,32 @@ def test_the_pinned_rules_within_their_budget_newest_last_and_a_line_for_the_res
                                                           "the recall tool finds them in the archive")
     assert compact.pins_text(rules, 3 * each + 4, archived=False).endswith("- … and 2 earlier constraints, not shown for space")
     assert compact.pins_text(rules, each - 1) == compact.PINS_NOTE + "\n\n- … and 5 earlier constraints, not shown for space; the recall tool finds them in the archive"
+
+
+def test_carry_user_words_takes_the_task_the_latest_the_others_and_the_rules_of_what_leaves():
+    """The task once (the first request, when it leaves), the latest (even kept), the others that
+    leave with their spaces collapsed, at most SAID_CHARS each and the newest SAID, and the rules of
+    the requests that leave only."""
+    first = say("user", "Fix the clock bug. Never push to main.")
+    others = [say("user", f"request   {k}\n  now") for k in range(10)]
+    long = say("user", "x" * 700)
+    kept = say("user", "Go on. Always use tabs.")
+    messages = [say("system"), first, say("assistant", "ok"), *others, long, kept]
+    state = compact.CompactState()
+    compact.carry_user_words(state, messages, [messages[0], kept])
+    assert state.task == first["content"] and state.latest == kept["content"]
+    assert state.said == [f"request {k} now" for k in range(3, 10)] + ["x" * compact.SAID_CHARS]
+    assert state.pinned == ["Never push to main."]
+    compact.carry_user_words(state, [say("user", "Another task."), say("user", "Never push to main. Avoid sudo.")], [])
+    assert state.task == first["content"] and state.latest == "Never push to main. Avoid sudo."
+    assert state.said[-2:] == ["Another task.", "Never push to main. Avoid sudo."]
+    assert state.pinned == ["Never push to main.", "Avoid sudo."]
+    fresh = compact.CompactState()
+    a, b = say("user", "The task, kept. Always use tabs."), say("user", "This one leaves.")
+    compact.carry_user_words(fresh, [a, b], [a])
+    assert fresh.task == "" and fresh.latest == "This one leaves." and fresh.said == ["This one leaves."]
+    assert fresh.pinned == []  # the kept request's rule is not looked at
+    compact.carry_user_words(fresh, [b, say("user", "Never use sudo.")], [b])
+    assert fresh.task == "" and fresh.said == ["This one leaves.", "Never use sudo."] and fresh.pinned == ["Never use sudo."]
+    compact.carry_user_words(fresh, [], [])
+    assert fresh.latest == "Never use sudo."
