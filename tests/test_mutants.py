@@ -793,16 +793,17 @@ def test_what_leaves_is_archived_once_with_the_next_compactions_number_and_its_r
 
 
 def test_the_pinned_rules_within_their_budget_newest_last_and_a_line_for_the_rest():
+    """Each rule shown costs its tokens and 2 more; the rules that do not fit are counted on one line."""
     rules = [f"Never touch file_{k}.py." for k in range(5)]
-    each = compact.text_tokens(rules[0])
+    each, rest = compact.text_tokens(rules[0]), "earlier constraints, not shown for space"
+    where = "; the recall tool finds them in the archive"
     assert compact.pins_text([], 100) == ""
     assert compact.pins_text(rules, 10**6) == compact.PINS_NOTE + "\n" + "\n".join(f"- {r}" for r in rules)
     assert compact.pins_text(rules, 3 * each + 4) == compact.PINS_NOTE + "\n" + "\n".join(
-        f"- {r}" for r in rules[2:]) + "\n- … and 2 earlier constraints, not shown for space; the recall tool finds them in the archive"
-    assert compact.pins_text(rules, 3 * each + 3).endswith("\n- … and 3 earlier constraints, not shown for space; "
-                                                          "the recall tool finds them in the archive")
-    assert compact.pins_text(rules, 3 * each + 4, archived=False).endswith("- … and 2 earlier constraints, not shown for space")
-    assert compact.pins_text(rules, each - 1) == compact.PINS_NOTE + "\n\n- … and 5 earlier constraints, not shown for space; the recall tool finds them in the archive"
+        f"- {r}" for r in rules[2:]) + f"\n- … and 2 {rest}{where}"
+    assert compact.pins_text(rules, 3 * each + 3).endswith(f"\n- … and 3 {rest}{where}")
+    assert compact.pins_text(rules, 3 * each + 4, archived=False).endswith(f"- … and 2 {rest}")
+    assert compact.pins_text(rules, each - 1) == compact.PINS_NOTE + f"\n\n- … and 5 {rest}{where}"
 
 
 def test_carry_user_words_takes_the_task_the_latest_the_others_and_the_rules_of_what_leaves():
