@@ -3,6 +3,7 @@
     python tests/run_mutmut.py                  # every mechanism below (hours on 2 cores)
     python tests/run_mutmut.py find_cut Archive # only these functions (a class: its methods)
     python tests/run_mutmut.py --report         # the last results again, without running
+    python tests/run_mutmut.py --quick find_cut # each mutant against tests/test_mutants.py alone (seconds)
 
 mutmut copies the project into ./mutants, changes one thing at a time inside a function, and runs
 the tests that called that function (pyproject.toml's [tool.mutmut] lists the test files). A mutant
@@ -94,10 +95,55 @@ def report(globs: list[str]) -> int:
     return 1 if unnamed or counts.get("not checked") else 0
 
 
+def quick(globs: list[str]) -> int:
+    """Each mutant of the chosen functions (made by an earlier run, ./mutants) against
+    tests/test_mutants.py alone, in one process: a pytest each, seconds where the whole suite takes
+    a minute. In a copy of ./mutants, so a mutmut run going on is not changed; a mutant that runs
+    past 10 seconds counts as killed (mutmut's timeout). Prints the survivors; 1 when one is unnamed."""
+    import shutil
+    import signal
+    import tempfile
+    import pytest
+    names, named = sorted(results(globs)), equivalent()
+    copy = Path(tempfile.mkdtemp(prefix="mutants-")) / "mutants"
+    shutil.copytree(ROOT / "mutants", copy)
+    shutil.copy(ROOT / "tests" / "test_mutants.py", copy / "tests")
+    os.chdir(copy)
+    sys.path[:0] = [str(copy), str(copy / "tests")]
+
+    def late(*_):
+        raise TimeoutError("past 10 seconds")
+    signal.signal(signal.SIGALRM, late)
+    # a test that runs the agent as a child is left out: the child's calls are not this process's
+    args = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-k", "not from_the_command_line", "tests/test_mutants.py"]
+    pytest.main([*args, "--collect-only"])  # the imports, once, before any clock runs
+    survivors = []
+    for name in names:
+        os.environ["MUTANT_UNDER_TEST"] = name
+        signal.alarm(10)
+        try:
+            code = pytest.main(args)
+        finally:
+            signal.alarm(0)
+        if code not in (0, 1):  # not a test that passed or failed: the run itself went wrong
+            raise SystemExit(f"{name}: pytest exited {code}")
+        if code == 0:
+            survivors.append(name)
+    shutil.rmtree(copy.parent)
+    unnamed = [n for n in survivors if n not in named]
+    print(f"{len(names)} mutants against tests/test_mutants.py: {len(names) - len(survivors)} killed, "
+          f"{len(survivors) - len(unnamed)} survived named equivalent, {len(unnamed)} unnamed")
+    for n in unnamed:
+        print(f"UNNAMED   {n}   (mutmut show {n})")
+    return 1 if unnamed else 0
+
+
 def main(args: list[str]) -> int:
     words = [a for a in args if not a.startswith("--")]
     globs = chosen(words)
     os.chdir(ROOT)  # mutmut reads pyproject.toml and writes ./mutants here
+    if "--quick" in args:
+        return quick(globs)
     if "--report" not in args:
         children = os.environ.get("MUTMUT_CHILDREN", "2")  # a 2-core machine shared with other work
         subprocess.run(["nice", "-n", "19", sys.executable, "-m", "mutmut", "run", "--max-children", children,
