@@ -227,6 +227,9 @@ EQUIVALENT: dict[str, str] = {
     "compact.xǁArchiveǁcount__mutmut_19": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
     "compact.xǁArchiveǁcount__mutmut_20": "chunks of 2 MiB instead of 1 MiB: the same newlines counted (the chunks only bound memory)",
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
+    "compact.x_find_cut_within__mutmut_19": "used 1, not 0, only for an empty tail, which never enters the loop (that needs two groups)",
+    "compact.x_cut_text__mutmut_19": "< 20 for <= 20: of exactly 20 lines that matter, the first 5 and the last 15 are all 20",
+    "compact.x_find_cut_within__mutmut_25": "max_tokens / 2 for // 2: used is an int, and an int passes m // 2 exactly when it passes m / 2",
 }
 
 
@@ -546,3 +549,287 @@ NOT_PROVED = "it is not a read-only program's plain words and simple quotes join
 ])
 def test_the_reason_says_where_the_proof_stopped_and_names_a_program_only_after_a_joiner(command, why):
     assert tiny_agent.needs_asking(command) == why
+
+
+# --- The engine's cut and tail: find_cut, groups, find_cut_within, is_cut_of, pin ------------------
+
+
+def say(role: str, text: str = "x") -> dict:
+    return {"role": role, "content": text}
+
+
+def call(k: int) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+
+
+def result(k: int) -> dict:
+    return {"role": "tool", "tool_call_id": f"c{k}", "content": "out"}
+
+
+def test_find_cut_keeps_at_least_one_message_and_steps_back_only_over_tool_results():
+    """The cut: `keep_recent` from the end (one at least), back over results to their call, never
+    before `head`, and a list that starts with results stops at `head`."""
+    talk = [say("user"), say("assistant"), say("user")]
+    assert compact.find_cut(talk, 1, 0) == 2 and compact.find_cut(talk, 0, 0) == 2
+    assert compact.find_cut(talk, 2, 0) == 1 and compact.find_cut(talk, 9, 1) == 1
+    calls = [say("user"), say("user"), call(1), result(1), result(1)]
+    assert compact.find_cut(calls, 2, 0) == 2 and compact.find_cut(calls, 1, 0) == 2
+    assert compact.find_cut([result(1), result(1)], 1, 0) == 0  # nothing before them: the head
+    assert compact.find_cut([say("system"), result(1), result(1)], 1, 1) == 1
+
+
+def test_groups_are_a_call_with_its_results_or_one_message_the_oldest_first():
+    messages = [say("system"), say("user"), call(1), result(1), result(1), say("assistant"), call(2), result(2)]
+    assert compact.groups(messages, 1) == [(1, 2), (2, 5), (5, 6), (6, 8)]
+    assert compact.groups(messages) == [(0, 1), (1, 2), (2, 5), (5, 6), (6, 8)]
+    assert compact.groups(messages, 8) == [] and compact.groups([]) == []
+
+
+def test_find_cut_within_drops_the_oldest_whole_groups_until_the_rest_takes_half_of_max_tokens():
+    """Exact sizes: the tail keeps groups while they pass half of `max_tokens`, the newest always;
+    no `max_tokens`, no limit; an empty list cuts at `head`."""
+    messages = [say("system"), say("user", "a"), say("assistant", "b " * 300), call(1), result(1)]
+    (s1, s2), s3 = map(compact.message_tokens, messages[1:3]), sum(map(compact.message_tokens, messages[3:]))
+    assert s1 < s3 < s2
+    within = compact.find_cut_within
+    assert within(messages, 4, 1, None) == 1 and within(messages, 4, 1, 0) == 1
+    assert within(messages, 4, 1, 2 * (s1 + s2 + s3)) == 1  # exactly half: stays
+    assert within(messages, 4, 1, 2 * (s2 + s3)) == 2  # the oldest goes, the rest is exactly half
+    assert within(messages, 4, 1, 2 * s3) == 3  # both older groups go, each by its own size
+    assert within(messages, 4, 1, 2 * s3 + 1) == 3 and within(messages, 4, 1, 2) == 3  # never the newest
+    assert within(messages, 1, 1, 2) == 3  # one group: nothing to drop
+    assert within([], 6, 0, 100) == 0 and within([say("system")], 6, 1, 100) == 1
+
+
+def test_is_cut_of_wants_a_text_over_240_characters_and_a_shorter_cut_with_its_first_and_last_60():
+    text = "".join(chr(ord("a") + k % 26) for k in range(241))
+    cut = text[:60] + "\n[… cut …]\n" + text[-60:]
+    assert compact.is_cut_of(cut, text)
+    assert not compact.is_cut_of(cut[:-1] + "?", text)  # the tail not kept
+    assert not compact.is_cut_of("?" + cut[1:], text)  # the head not kept
+    assert not compact.is_cut_of(text[:60] + "?" * 121 + text[-60:], text)  # as long as the text: no cut
+    short = text[:240]
+    assert not compact.is_cut_of(short[:60] + "…" + short[-60:], short)  # 240 characters: too short to tell
+    assert not compact.is_cut_of(short, short)
+    shorter = text[:200]
+    assert not compact.is_cut_of(shorter[:60] + shorter[-60:], shorter)
+
+
+def test_pin_adds_in_order_and_a_near_duplicate_takes_the_older_wordings_place():
+    assert compact.pin(["Never push.", "Use tabs."], ["never  PUSH.", "Run tests 3 times."]) == [
+        "never  PUSH.", "Use tabs.", "Run tests 3 times."]
+    assert compact.pin([], []) == [] and compact.pin(["Use tabs."], []) == ["Use tabs."]
+
+
+# --- The one cutter and who calls it: find_constraints, cut_over, cut_text ----------------------------
+
+
+def long_text(rule: str = "Never push to main.", error: str = "ValueError: bad value") -> str:
+    """100 short lines, a rule at line 45 and an error at line 55 (both in the part a cut of 40 and
+    40 lines takes out)."""
+    rows = [f"line {k}" for k in range(100)]
+    rows[45], rows[55] = rule, error
+    return "\n".join(rows)
+
+
+def test_cut_over_cuts_only_what_passes_over_keeping_a_users_rules_and_an_outputs_errors():
+    text = long_text()
+    n = compact.text_tokens(text)
+    user, tool = say("user", text), {"role": "tool", "tool_call_id": "c1", "content": text}
+    messages = [user, tool]
+    out = compact.cut_over(messages, n - 1, why="was {n} tokens")
+    assert out is not messages and out[0]["role"] == "user" and out[1]["tool_call_id"] == "c1"
+    assert "Never push to main." in out[0]["content"] and "ValueError" not in out[0]["content"]
+    assert "ValueError: bad value" in out[1]["content"] and "Never push" not in out[1]["content"]
+    assert f"[… 19 lines cut: was {n} tokens …]" in out[1]["content"]
+    assert compact.cut_over(messages, n) is messages  # exactly `over`: not passed
+    kept = compact.cut_over(messages, n - 1, keep={id(user)})
+    assert kept[0] is user and kept[1]["content"] != text
+    assert compact.cut_over([user], 0, keep={id(user)}) == [user]
+    assert compact.cut_over([tool], n - 1)[0]["content"].split("\n")[40] == "[… 19 lines cut …]"  # no why: no note
+    short = compact.cut_over([tool], n - 1, to=100)[0]["content"]
+    assert "chars cut" in short and compact.text_tokens(short) <= 100
+    assert compact.cut_over([tool], n - 1, lines=(2, 2))[0]["content"].split("\n")[:3] == [
+        "line 0", "line 1", "[… 95 lines cut …]"]
+
+
+def test_find_constraints_keeps_a_users_rules_once_in_their_newest_wording():
+    messages = [say("user", "Fix it. Never push to main."), say("tool", "Never trust this."),
+                say("user", "never push to MAIN. Thanks.")]
+    assert compact.find_constraints(messages) == ["never push to MAIN."]
+
+
+def test_cut_text_keeps_the_first_and_last_lines_and_the_errors_between_them_the_first_5_and_last_15():
+    rows = [f"row {k}" for k in range(200)]
+    errors = list(range(50, 150, 4))  # 25 error lines in the middle (rows 40 to 159), one of 400 characters
+    for k in errors:
+        rows[k] = f"ValueError: {k}"
+    rows[errors[-1]] = "ValueError: " + "v" * 400
+    kept = [rows[k][:300] for k in errors[:5] + errors[-15:]]
+    assert compact.cut_text("\n".join(rows), 10**6, "why") == "\n".join(
+        [*rows[:40], "[… 100 lines cut: why …]", *kept, *rows[160:]])
+    assert compact.cut_text("\n".join(rows), 10**6, lines=(2, 3)).split("\n")[:3] == ["row 0", "row 1", "[… 175 lines cut …]"]
+    assert compact.cut_text("\n".join(rows), 10**6, lines=(2, 3)).split("\n")[-3:] == rows[-3:]
+    for n in (3, 20, 21):  # up to 20 error lines are kept all; of 21, the first 5 and the last 15
+        found = [f"ValueError: {k}" for k in range(n)]
+        few = [f"row {k}" for k in range(40)] + found + [f"row {k}" for k in range(40)]
+        assert compact.cut_text("\n".join(few), 10**6).split("\n")[40:] == [
+            f"[… {max(0, n - 20)} lines cut …]", *(found if n <= 20 else found[:5] + found[-15:]), *few[-40:]]
+    for lines in (80, 50):  # within both limits: the text itself
+        text = "\n".join(f"row {k}" for k in range(lines))
+        assert compact.cut_text(text, 10**6) == text
+    exact = "one two three four five"
+    assert compact.cut_text(exact, compact.text_tokens(exact)) == exact
+
+
+@pytest.mark.parametrize("tokens", [200, 1_000, 2_000])
+def test_cut_text_of_a_few_enormous_lines_keeps_characters_of_each_end_that_fit_and_the_errors_between(tokens):
+    """About three characters a token, half for each end, shrunk by a fifth until the cut fits with
+    20 tokens to spare; the error lines between them (each at most 300 characters, all of them at
+    most 2,000 characters or 1.5 a token, the newest) stay."""
+    errors = [f"ValueError: {k} " + "v" * 140 for k in range(30)] + ["E   " + "e" * 400]
+    text = "\n".join([" ".join(f"head{k}" for k in range(4_000)), *errors, " ".join(f"tail{k}" for k in range(4_000))])
+    out = compact.cut_text(text, tokens, "why")
+    kept = "".join(e[:300] + "\n" for e in errors)[-min(2_000, tokens * 3 // 2):]
+    half = min(len(text) // 2, max(50, (tokens * 3 - len(kept)) // 2))
+    while half > 50 and compact.text_tokens(text[:half] + kept + text[-half:]) + 20 > tokens:
+        half = int(half * 0.8)
+    assert out == f"{text[:half]}\n[… {len(text) - 2 * half:,} chars cut: why …]\n{kept}{text[-half:]}"
+    assert compact.text_tokens(out) <= tokens and half > 50
+
+
+def test_cut_text_of_a_short_text_over_a_tiny_budget_keeps_50_characters_of_each_end():
+    text = " ".join(f"w{k}" for k in range(100))
+    out = compact.cut_text(text, 10)
+    assert out == f"{text[:50]}\n[… {len(text) - 100:,} chars cut …]\n{text[-50:]}"
+
+
+def test_cut_text_starts_from_half_the_text_or_three_characters_a_token_and_stops_at_50():
+    """Digits two characters a token: the text's half is the first estimate; a budget the first
+    estimate fits with exactly 20 tokens to spare keeps it; one that needs 51 characters shrinks once
+    more (to 40: the 50 is where shrinking stops, not a floor)."""
+    digits = " ".join(str(k % 10) for k in range(400))
+    tokens = compact.text_tokens(digits) - 10
+    assert len(digits) < 3 * tokens
+    half = len(digits) // 2
+    while compact.text_tokens(digits[:half] + digits[-half:]) + 20 > tokens:
+        half = int(half * 0.8)
+    assert compact.cut_text(digits, tokens).split("\n")[0] == digits[:half]
+    prose = " ".join(["the quick brown fox jumps over the lazy dog"] * 300)
+    exact = next(t for t in range(40, 600) if compact.text_tokens(prose[:3 * t // 2] + prose[-(3 * t // 2):]) + 20 == t)
+    assert compact.cut_text(prose, exact).split("\n")[0] == prose[:3 * exact // 2]
+    words = " ".join(f"w{k}" for k in range(2_000))
+    assert compact.cut_text(words, 34).split("\n")[0] == words[:40]  # 3 * 34 // 2 = 51, over: shrunk to 40
+
+
+# --- The engine's tail, when a step is due, what it archives; the pinned rules -------------------
+
+
+def stand_in_engine(keep_recent: int, trigger: float = 0.5, tail_share: float = 0.25) -> SimpleNamespace:
+    """What boundaries reads of an engine: an effective window of 100 tokens a message (so a window
+    read of another list shows)."""
+    return SimpleNamespace(budget=SimpleNamespace(effective=lambda messages: 100 * len(messages)),
+                           keep_recent=keep_recent, trigger=trigger, tail_share=tail_share)
+
+
+def test_boundaries_keep_the_newest_groups_within_the_tails_share_and_the_newest_always():
+    """keep_recent 0: whole groups, the newest first, while they take at most tail_share of the
+    window (exactly that share stays); the newest group stays even past it."""
+    messages = [say("system"), say("user", "a " * 40), say("assistant", "b " * 40), say("user", "c " * 40)]
+    s1, s2, s3 = map(compact.message_tokens, messages[1:])
+    effective = 100 * len(messages)
+    assert compact.boundaries(stand_in_engine(0, tail_share=(s2 + s3) / effective), messages) == (1, 2)
+    assert compact.boundaries(stand_in_engine(0, tail_share=(s2 + s3 - 1) / effective), messages) == (1, 3)
+    assert compact.boundaries(stand_in_engine(0, tail_share=1 / effective), messages) == (1, 3)  # the newest always
+    assert compact.boundaries(stand_in_engine(0, tail_share=1.0), messages) == (1, 1)
+    assert compact.boundaries(stand_in_engine(0, tail_share=1.0), messages[1:]) == (0, 0)
+
+
+def test_boundaries_with_keep_recent_cut_within_half_of_the_trigger_and_take_the_engines_by_default():
+    messages = [say("system"), say("user", "a " * 40), say("assistant", "b " * 40), say("user", "c " * 40)]
+    s3 = compact.message_tokens(messages[3])
+    effective = 100 * len(messages)
+    tight = stand_in_engine(3, trigger=2 * s3 / effective)  # half of trigger * effective: the newest alone
+    assert compact.boundaries(tight, messages) == (1, 3)
+    assert compact.boundaries(tight, messages, keep_recent=2) == (1, 3)
+    assert compact.boundaries(stand_in_engine(3, trigger=1.0), messages) == (1, 1)
+    assert compact.boundaries(stand_in_engine(2, trigger=1.0), messages) == (1, 2)
+    assert compact.boundaries(stand_in_engine(2, trigger=1.0), messages, keep_recent=3) == (1, 1)
+    assert compact.boundaries(stand_in_engine(2, trigger=1.0, tail_share=1.0), messages, keep_recent=0) == (1, 1)
+
+
+def test_a_step_is_due_when_forced_every_call_or_past_its_share_unless_stuck():
+    engine = Compactor()
+
+    def due(at=0.5, **fields):
+        return engine.due(at, compact.Pass(**{"level": 0, "size": 50, "effective": 100, **fields}))
+    assert due(level=1) and due(level=1, stuck=True) and due(0.0, size=0) and due(0.0, stuck=True)
+    assert not due() and due(size=51) and not due(size=51, stuck=True) and not due(1.0, size=51)
+    assert due(too_many=True) and not due(too_many=True, stuck=True) and not due(size=0, effective=0)
+    assert due(0.4) and due(0.4, too_many=True) and not due(size=0)
+
+
+def test_what_leaves_is_archived_once_with_the_next_compactions_number_and_its_record_noted(tmp_path):
+    archive = Archive.in_folder(tmp_path / "archive", "s")
+    archive.append([say("user", "before")], 1)
+    engine = Compactor(archive=archive)
+    engine.state.compactions = 2
+    a, b, c, d, e = (say("user", t) for t in "abcde")
+    run = compact.Pass(records={id(b): 0})
+    engine.archived([a, b, c, d, e], [a, d], run)
+    assert archive.records()[1:] == [{"compaction": 3, "message": c}, {"compaction": 3, "message": e}]
+    assert run.records == {id(b): 0, id(c): 1, id(e): 2}
+    engine.archived([a, d], [a, d], run)  # nothing leaves: nothing written
+    assert archive.count() == 3
+    fresh = Compactor(archive=Archive.in_folder(tmp_path / "other", "s"))
+    fresh.archived([a], [a], compact.Pass())
+    assert not fresh.archive.path.exists()
+    none = Compactor(archive=None)
+    run = compact.Pass()
+    none.archived([a, b], [a], run)
+    none.archived([a], [a], run)
+    assert run.records == {id(b): None}
+
+
+def test_the_pinned_rules_within_their_budget_newest_last_and_a_line_for_the_rest():
+    """Each rule shown costs its tokens and 2 more; the rules that do not fit are counted on one line."""
+    rules = [f"Never touch file_{k}.py." for k in range(5)]
+    each, rest = compact.text_tokens(rules[0]), "earlier constraints, not shown for space"
+    where = "; the recall tool finds them in the archive"
+    assert compact.pins_text([], 100) == ""
+    assert compact.pins_text(rules, 10**6) == compact.PINS_NOTE + "\n" + "\n".join(f"- {r}" for r in rules)
+    assert compact.pins_text(rules, 3 * each + 4) == compact.PINS_NOTE + "\n" + "\n".join(
+        f"- {r}" for r in rules[2:]) + f"\n- … and 2 {rest}{where}"
+    assert compact.pins_text(rules, 3 * each + 3).endswith(f"\n- … and 3 {rest}{where}")
+    assert compact.pins_text(rules, 3 * each + 4, archived=False).endswith(f"- … and 2 {rest}")
+    assert compact.pins_text(rules, each - 1) == compact.PINS_NOTE + f"\n\n- … and 5 {rest}{where}"
+
+
+def test_carry_user_words_takes_the_task_the_latest_the_others_and_the_rules_of_what_leaves():
+    """The task once (the first request, when it leaves), the latest (even kept), the others that
+    leave with their spaces collapsed, at most SAID_CHARS each and the newest SAID, and the rules of
+    the requests that leave only."""
+    first = say("user", "Fix the clock bug. Never push to main.")
+    others = [say("user", f"request   {k}\n  now") for k in range(10)]
+    long = say("user", "x" * 700)
+    kept = say("user", "Go on. Always use tabs.")
+    messages = [say("system"), first, say("assistant", "ok"), *others, long, kept]
+    state = compact.CompactState()
+    compact.carry_user_words(state, messages, [messages[0], kept])
+    assert state.task == first["content"] and state.latest == kept["content"]
+    assert state.said == [f"request {k} now" for k in range(3, 10)] + ["x" * compact.SAID_CHARS]
+    assert state.pinned == ["Never push to main."]
+    compact.carry_user_words(state, [say("user", "Another task."), say("user", "Never push to main. Avoid sudo.")], [])
+    assert state.task == first["content"] and state.latest == "Never push to main. Avoid sudo."
+    assert state.said[-2:] == ["Another task.", "Never push to main. Avoid sudo."]
+    assert state.pinned == ["Never push to main.", "Avoid sudo."]
+    fresh = compact.CompactState()
+    a, b = say("user", "The task, kept. Always use tabs."), say("user", "This one leaves.")
+    compact.carry_user_words(fresh, [a, b], [a])
+    assert fresh.task == "" and fresh.latest == "This one leaves." and fresh.said == ["This one leaves."]
+    assert fresh.pinned == []  # the kept request's rule is not looked at
+    compact.carry_user_words(fresh, [b, say("user", "Never use sudo.")], [b])
+    assert fresh.task == "" and fresh.said == ["This one leaves.", "Never use sudo."] and fresh.pinned == ["Never use sudo."]
+    compact.carry_user_words(fresh, [], [])
+    assert fresh.latest == "Never use sudo."
