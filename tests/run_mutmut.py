@@ -4,6 +4,7 @@
     python tests/run_mutmut.py find_cut Archive # only these functions (a class: its methods)
     python tests/run_mutmut.py --report         # the last results again, without running
     python tests/run_mutmut.py --quick find_cut # each mutant against tests/test_mutants.py alone (seconds)
+    python tests/run_mutmut.py --quick compact.x_find_cut__mutmut_3   # one mutant (mutmut's name for it)
 
 mutmut copies the project into ./mutants, changes one thing at a time inside a function, and runs
 the tests that called that function (pyproject.toml's [tool.mutmut] lists the test files). A mutant
@@ -65,8 +66,13 @@ def equivalent() -> dict[str, str]:
 
 def chosen(words: list[str]) -> list[str]:
     """The mechanisms named by `words`, a function's or a class's name (all without words), as
-    mutmut's globs."""
-    return [f"{m}__mutmut_*" for m in MECHANISMS if not words or set(words) & set(m.split(".x")[1].strip("_ǁ").split("ǁ"))]
+    mutmut's globs; a mutant's own name (tiny_agent.x_tool_path__mutmut_3) stands for itself."""
+    named = [w for w in words if "__mutmut_" in w]
+    functions = [w for w in words if w not in named]
+    if named and not functions:
+        return named
+    return named + [f"{m}__mutmut_*" for m in MECHANISMS
+                    if not functions or set(functions) & set(m.split(".x")[1].strip("_ǁ").split("ǁ"))]
 
 
 def results(globs: list[str]) -> dict[str, str]:

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -230,6 +231,8 @@ EQUIVALENT: dict[str, str] = {
     "compact.x_find_cut_within__mutmut_19": "used 1, not 0, only for an empty tail, which never enters the loop (that needs two groups)",
     "compact.x_cut_text__mutmut_19": "< 20 for <= 20: of exactly 20 lines that matter, the first 5 and the last 15 are all 20",
     "compact.x_find_cut_within__mutmut_25": "max_tokens / 2 for // 2: used is an int, and an int passes m // 2 exactly when it passes m / 2",
+    "tiny_agent.x_replace_file__mutmut_26": "follow_symlinks=None: os.stat reads it as a truth value, and None is false like False",
+    "tiny_agent.x_replace_file__mutmut_37": "st_nlink >= 1: a file of one name is a record only inside the records, which tool_path refused already (the walk is slower)",
 }
 
 
@@ -833,3 +836,225 @@ def test_carry_user_words_takes_the_task_the_latest_the_others_and_the_rules_of_
     assert fresh.task == "" and fresh.said == ["This one leaves.", "Never use sudo."] and fresh.pinned == ["Never use sudo."]
     compact.carry_user_words(fresh, [], [])
     assert fresh.latest == "Never use sudo."
+
+
+# --- The file tools: which paths they take, and how a write lands -------------------------------
+
+
+@pytest.mark.parametrize("path, said", [
+    ("", "path '' must be relative to the workspace"),
+    (7, "path 7 must be relative to the workspace"),
+    ("/etc/passwd", "path '/etc/passwd' must be relative to the workspace"),
+    ("a\0b", "path 'a\\x00b' holds a null byte or a character that is not text; nothing was read or written"),
+    ("a\ud800b", "path 'a\\ud800b' holds a null byte or a character that is not text; nothing was read or written"),
+    ("../x", "path '../x' leads outside the workspace"),
+    ("a/../../x", "path 'a/../../x' leads outside the workspace"),
+    (".", "path '.' is the workspace folder itself, not a file"),
+    ("a/..", "path 'a/..' is the workspace folder itself, not a file"),
+])
+def test_tool_path_refuses_each_path_that_is_not_a_file_of_the_workspace_in_its_own_words(tmp_path, path, said):
+    with pytest.raises(tiny_agent.ToolError) as raised:
+        tiny_agent.tool_path(tiny_agent.Workspace(root=tmp_path), path)
+    assert str(raised.value) == said
+
+
+def test_tool_path_resolves_dots_and_empty_names_by_name():
+    assert tiny_agent.tool_path(tiny_agent.Workspace(root=Path("/w")), "./a//b/./../c.txt") == ["a", "c.txt"]
+
+
+def test_no_tool_path_leads_into_the_agents_records_even_inside_the_workspace(tmp_path, state):
+    """The `state` fixture puts the records in tmp_path/state: here inside the workspace."""
+    (state / "tiny-agent" / "w").mkdir(parents=True)
+    ws = tiny_agent.Workspace(root=tmp_path)
+    for path in ("state/tiny-agent", "state/tiny-agent/w/session-1.json", "state/x/../tiny-agent/w"):
+        with pytest.raises(tiny_agent.ToolError) as raised:
+            tiny_agent.tool_path(ws, path)
+        assert str(raised.value) == f"path {path!r} {tiny_agent.RECORDS}"
+    assert tiny_agent.tool_path(ws, "state/notes.txt") == ["state", "notes.txt"]
+
+
+@pytest.mark.parametrize("path", [".env", "sub/.env", ".git/config", "a/.git/hooks/pre-commit"])
+def test_the_file_tools_read_the_users_settings_but_never_write_them(tmp_path, path):
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_text("KEY=1\n")
+    ws = tiny_agent.Workspace(root=tmp_path)
+    assert tiny_agent.read_file(ws, path) == "KEY=1\n"
+    for write in (lambda: tiny_agent.write_file(ws, path, "x"), lambda: tiny_agent.edit_file(ws, path, "1", "2")):
+        with pytest.raises(tiny_agent.ToolError) as raised:
+            write()
+        assert str(raised.value) == f"path {path!r} is the user's settings (.env, .git): only the user changes them"
+    assert (tmp_path / path).read_text() == "KEY=1\n"
+    assert tiny_agent.tool_path(ws, path.replace(".env", ".envrc").replace(".git/", ".github/"), writing=True)
+
+
+def test_a_write_keeps_a_files_mode_and_a_new_file_gets_0666_less_the_umask(tmp_path):
+    """A file keeps its mode (0600 stays private, 0755 runs); the temporary file is gone."""
+    ws, umask = tiny_agent.Workspace(root=tmp_path / "w"), os.umask(0o022)
+    (tmp_path / "w").mkdir()
+    try:
+        assert tiny_agent.write_file(ws, "new.txt", "héllo") == "wrote 5 chars to new.txt"
+        tiny_agent.write_file(ws, "sub/deeper/new.txt", "x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "w" / "new.txt").read_text() == "héllo" and (tmp_path / "w" / "sub/deeper/new.txt").read_text() == "x"
+    assert stat.S_IMODE((tmp_path / "w" / "new.txt").stat().st_mode) == 0o644
+    for mode in (0o600, 0o755):
+        (tmp_path / "w" / f"{mode:o}").write_text("old")
+        (tmp_path / "w" / f"{mode:o}").chmod(mode)
+        tiny_agent.write_file(ws, f"{mode:o}", "new")
+        assert (tmp_path / "w" / f"{mode:o}").read_text() == "new"
+        assert stat.S_IMODE((tmp_path / "w" / f"{mode:o}").stat().st_mode) == mode
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["600", "755", "new.txt", "sub"]
+
+
+def test_a_write_over_a_folder_a_fifo_or_a_link_is_refused_in_one_line(tmp_path):
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    (tmp_path / "file-link").symlink_to(tmp_path / "state")  # a link is refused whatever it leads to
+    (tmp_path / "state" / "f").write_text("kept")
+    (tmp_path / "link-to-file").symlink_to(tmp_path / "state" / "f")
+    for name in ("dir", "pipe", "link", "file-link", "link-to-file"):
+        with pytest.raises(tiny_agent.ToolError) as raised:
+            tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path), name, "x")
+        assert str(raised.value) == f"{name} is not a regular file"
+    assert (tmp_path / "link").is_symlink() and list((tmp_path / "dir").iterdir()) == []
+
+
+def test_a_write_to_a_hard_link_of_a_record_is_refused_and_the_record_kept(tmp_path, state):
+    record = state / "tiny-agent" / "w" / "session-1.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"version": 2}')
+    (tmp_path / "work").mkdir()
+    os.link(record, tmp_path / "work" / "s.json")
+    with pytest.raises(tiny_agent.ToolError) as raised:
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "work"), "s.json", "x")
+    assert str(raised.value) == f"s.json {tiny_agent.RECORDS} (a hard link to one)"
+    assert record.read_text() == '{"version": 2}' and os.path.samefile(record, tmp_path / "work" / "s.json")
+    os.link(tmp_path / "work" / "s.json", tmp_path / "work" / "t.json")  # three names now
+    with pytest.raises(tiny_agent.ToolError):
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "work"), "t.json", "x")
+    (tmp_path / "work" / "mine.txt").write_text("a")  # an ordinary hard link is written: the name replaced
+    os.link(tmp_path / "work" / "mine.txt", tmp_path / "work" / "also.txt")
+    tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "work"), "also.txt", "b")
+    assert (tmp_path / "work" / "also.txt").read_text() == "b" and (tmp_path / "work" / "mine.txt").read_text() == "a"
+
+
+def test_a_write_whose_rename_fails_leaves_the_file_whole_and_no_temporary_one(tmp_path, monkeypatch):
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "notes.txt").write_text("old")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(tiny_agent.os, "replace", full)
+    monkeypatch.chdir(tmp_path)  # a temporary file looked for in the wrong folder would not be found
+    with pytest.raises(OSError):
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "w"), "notes.txt", "new")
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["notes.txt"] and (tmp_path / "w" / "notes.txt").read_text() == "old"
+
+
+def test_a_link_planted_at_the_temporary_name_is_never_written_through(tmp_path, monkeypatch):
+    """The temporary file is made new (O_EXCL) and never through a link (O_NOFOLLOW): with its
+    random part known here, a link put at its name in advance stops the write, and nothing outside
+    changes."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "outside.txt").write_text("mine")
+    monkeypatch.setattr(tiny_agent.os, "urandom", lambda n: b"\0" * n)
+    (tmp_path / "w" / ".notes.txt.00000000.tmp").symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(FileExistsError):
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "w"), "notes.txt", "x")
+    assert (tmp_path / "outside.txt").read_text() == "mine" and not (tmp_path / "w" / "notes.txt").exists()
+
+
+# --- The last resort: what it keeps, cuts and gives the summarizer ----------------------------------
+
+
+def call(id_: str, name: str, **args) -> dict:
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def calls(*made: dict) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": list(made)}
+
+
+def result(id_: str, text: str) -> dict:
+    return {"role": "tool", "tool_call_id": id_, "content": text}
+
+
+def last_resort_of(history: list[dict], window: int, reserve: int) -> tuple[list[dict], list[list[str]]]:
+    """What the last resort makes of `history` (called alone, compact now, query_db a precise tool),
+    and the texts each summarizer call read."""
+    read = []
+
+    def summarizer(messages, focus=None):
+        read.append([compact.content_text(m) for m in messages])
+        return "## Progress\n- the earlier turns went fine"
+    engine = Compactor(context_window=window, reserved_output=reserve, summarize=summarizer, precise_tools=("query_db",))
+    return compact.last_resort(engine, history, engine.start(history, None, 1, None)), read
+
+
+def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_to_a_twentieth_of_the_room():
+    """A window of 100,000 with 20,000 reserved: outputs of the latest turn over 1,000 tokens
+    (SNIP_SHARE of the 80,000 tokens of room, divided by 4) are cut to 1,000, its long arguments
+    shortened; a precise tool's call and result, earlier or not, stay word for word, and the
+    summarizer reads only what leaves."""
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               calls(call("q1", "query_db", sql="select " + "x" * 500)), result("q1", tokens_exactly(1_500)),
+               {"role": "assistant", "content": "Found the rows."}, {"role": "user", "content": "Now check the logs."},
+               calls(call("b1", "bash", command="cat log " + "y" * 500), call("b2", "bash", command="ls")),
+               result("b1", tokens_exactly(1_001)), result("b2", tokens_exactly(1_000))]
+    out, read = last_resort_of(history, 100_000, 20_000)
+    assert read == [["Fix the clock bug.", "Found the rows."]]
+    assert out[0] is history[0] and compact.is_summary(out[1]) and len(out) == 8
+    assert all(a is b for a, b in zip(out[2:5], [history[2], history[3], history[5]])) and out[7] is history[8]
+    assert out[5]["tool_calls"][0]["function"]["arguments"] != history[6]["tool_calls"][0]["function"]["arguments"]
+    assert out[5]["tool_calls"][1] is history[6]["tool_calls"][1]
+    assert out[6]["content"] == compact.cut_text(history[7]["content"], 1_000, "what the last resort keeps of one output")
+
+
+def test_the_last_resort_cuts_outputs_over_125_tokens_in_a_small_window():
+    """SNIP_SHARE of 3,000 tokens of room, divided by 4, is 37: the floor of 125 tokens holds."""
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Run it."},
+               calls(call("b1", "bash", command="make"), call("b2", "bash", command="ls")),
+               result("b1", tokens_exactly(126)), result("b2", tokens_exactly(125))]
+    out, _ = last_resort_of(history, 4_000, 1_000)
+    assert out[-2]["content"] == compact.cut_text(history[-2]["content"], 125, "what the last resort keeps of one output")
+    assert out[-1] is history[-1] and out[-3] is history[4] and out[-4] is history[3] and out[-5] == compact.ACK
+
+
+def test_the_last_resort_keeps_the_last_message_with_its_call_and_the_latest_request_and_no_copy():
+    """The latest turn is the newest message and what it answers (find_cut with 1), not two; a
+    precise group in that turn is kept once, where it stands."""
+    base = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+            calls(call("b1", "bash", command="ls")), result("b1", "clock.py")]
+    history = [*base, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Next."}]
+    out, read = last_resort_of(history, 100_000, 20_000)
+    assert out[2:] == [compact.ACK, history[-1]] and out[3] is history[-1] and read == [["Fix the clock bug.", "", "clock.py", "Done."]]
+    history = [*base, {"role": "user", "content": "Query it."}, calls(call("q1", "query_db", sql="x")), result("q1", "1 row")]
+    out, _ = last_resort_of(history, 100_000, 20_000)
+    assert out[2:] == [compact.ACK, *history[-3:]] and all(a is b for a, b in zip(out[3:], history[-3:]))
+
+
+# --- As far as it goes: cut_everything -----------------------------------------------------------------
+
+
+def test_cut_everything_cuts_each_long_message_to_60_tokens_and_arguments_over_200_characters_but_keeps_the_users():
+    """The system prompt, the user's words and a precise group stay as they are, however long; a
+    message of 61 tokens is cut, one of 60 is not; an output keeps its first and last 5 lines."""
+    lines = "\n".join(f"line {k}" for k in range(100))
+    history = [{"role": "system", "content": tokens_exactly(300)}, {"role": "user", "content": tokens_exactly(300)},
+               calls(call("q1", "query_db", sql="w" * 400)), result("q1", tokens_exactly(300)),
+               calls(call("b1", "bash", command="z" * 300), call("b2", "bash", command="y" * 186)),
+               result("b1", lines), result("b2", tokens_exactly(61)), {"role": "assistant", "content": tokens_exactly(60)}]
+    assert len(history[4]["tool_calls"][1]["function"]["arguments"]) == 201
+    out = compact.cut_everything(history, ("query_db",))
+    assert all(out[k] is history[k] for k in (0, 1, 2, 3, 7))
+    why = "cut to fit the window"
+    assert out[5]["content"] == compact.cut_text(lines, 60, why, (5, 5))
+    assert out[5]["content"] not in (compact.cut_text(lines, 60, why, (6, 5)), compact.cut_text(lines, 60, why, (5, 6)))
+    assert out[6]["content"] == compact.cut_text(history[6]["content"], 60, why, (5, 5))
+    for made in out[4]["tool_calls"]:
+        assert json.loads(made["function"]["arguments"])["command"].endswith(f"chars cut: {why}]")
+    assert out[4]["tool_calls"][1]["function"]["arguments"] == json.dumps(
+        {"command": "y" * 100 + f"…[86 chars cut: {why}]"}, ensure_ascii=False)
