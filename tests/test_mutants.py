@@ -981,16 +981,16 @@ def result(id_: str, text: str) -> dict:
     return {"role": "tool", "tool_call_id": id_, "content": text}
 
 
-def last_resort_of(history: list[dict], window: int, reserve: int) -> tuple[list[dict], list[list[str]]]:
-    """What the last resort makes of `history` (called alone, compact now, query_db a precise tool),
-    and the texts each summarizer call read."""
+def last_resort_of(history: list[dict], window: int, reserve: int, level: int = 1) -> tuple[list[dict], list[list[str]]]:
+    """What the last resort makes of `history` (called alone, compact now or as far as it goes at
+    level 2, query_db a precise tool), and the texts each summarizer call read."""
     read = []
 
     def summarizer(messages, focus=None):
         read.append([compact.content_text(m) for m in messages])
         return "## Progress\n- the earlier turns went fine"
     engine = Compactor(context_window=window, reserved_output=reserve, summarize=summarizer, precise_tools=("query_db",))
-    return compact.last_resort(engine, history, engine.start(history, None, 1, None)), read
+    return compact.last_resort(engine, history, engine.start(history, None, level, None)), read
 
 
 def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_to_a_twentieth_of_the_room():
@@ -1034,6 +1034,54 @@ def test_the_last_resort_keeps_the_last_message_with_its_call_and_the_latest_req
     history = [*base, {"role": "user", "content": "Query it."}, calls(call("q1", "query_db", sql="x")), result("q1", "1 row")]
     out, _ = last_resort_of(history, 100_000, 20_000)
     assert out[2:] == [compact.ACK, *history[-3:]] and all(a is b for a, b in zip(out[3:], history[-3:]))
+
+
+def test_a_latest_turn_that_alone_does_not_fit_has_its_long_texts_cut_to_their_first_and_last_10_lines():
+    """A reply of 2,000 lines in a window of 3,000 tokens of room: cut to 125 tokens, saying why;
+    the user's request beside it stays whole. As far as it goes (level 2) a precise result still
+    stays word for word."""
+    plan = "\n".join(f"step {k}" for k in range(2_000))
+    history = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "Plan it."},
+               calls(call("q1", "query_db", sql="x")), result("q1", tokens_exactly(300)),
+               {"role": "user", "content": "Write the plan. " + tokens_exactly(200)}, {"role": "assistant", "content": plan}]
+    out, _ = last_resort_of(history, 4_000, 1_000)
+    why = "this message alone would not fit the window"
+    assert out[-1]["content"] == compact.cut_text(plan, 125, why, (10, 10))
+    assert out[-1]["content"] not in (compact.cut_text(plan, 125, why, (11, 10)), compact.cut_text(plan, 125, why, (10, 11)))
+    assert out[-2] is history[-2] and out[2] is history[2] and out[3] is history[3]
+    out, _ = last_resort_of(history, 100_000, 20_000, level=2)
+    assert out[2] is history[2] and out[3] is history[3] and out[-1]["content"] == compact.cut_text(plan, 60, "cut to fit the window", (5, 5))
+
+
+def test_summarize_gone_calls_the_summarizer_once_a_compaction_with_the_focus_and_says_when_it_stood_in(capsys):
+    """The first call summarizes what leaves with the focus asked for; a second in the same compaction
+    adds the offline summary of what else leaves below it; a summarizer that fails is replaced by
+    the offline summary, the first line saying so."""
+    seen = []
+
+    def summarizer(messages, focus=None):
+        seen.append((len(messages), focus))
+        return "## Progress\n- the clock bug is found\n"
+    engine = Compactor(summarize=summarizer)
+    engine.guard.offline = lambda messages, focus=None: f"(offline: {len(messages)} messages, focus {focus})"
+    gone, more = [{"role": "user", "content": "Fix the clock."}, {"role": "assistant", "content": "Looking."}], [{"role": "user", "content": "And the alarm."}]
+    run = compact.Pass(focus="the clock")
+    compact.summarize_gone(engine, gone, [], run)
+    assert seen == [(2, "the clock")] and run.summarized is True
+    first = engine.state.summary
+    assert first.startswith("## Progress\n- the clock bug is found")
+    compact.summarize_gone(engine, more, [], run)
+    assert seen == [(2, "the clock")] and engine.state.summary == first.rstrip() + "\n\n(offline: 1 messages, focus the clock)"
+
+    def failing(messages, focus=None):
+        raise ConnectionError("down")
+    engine = Compactor(summarize=failing)
+    engine.guard.offline = lambda messages, focus=None: f"(offline: {len(messages)} messages, focus {focus})"
+    compact.summarize_gone(engine, gone, [], compact.Pass(focus="the clock"))
+    assert engine.state.summary == ("(Compaction 1 replaced 2 messages, ~" + f"{compact.estimate_tokens(gone):,}" + " tokens, turns 1-1; "
+                                    "the summary model failed, so the summary below was extracted from the turns without it.)\n"
+                                    "(offline: 2 messages, focus the clock)")
+    assert "the summarizer failed (ConnectionError)" in capsys.readouterr().err
 
 
 # --- As far as it goes: cut_everything -----------------------------------------------------------------
