@@ -1050,7 +1050,8 @@ def test_a_latest_turn_that_alone_does_not_fit_has_its_long_texts_cut_to_their_f
     assert out[-1]["content"] not in (compact.cut_text(plan, 125, why, (11, 10)), compact.cut_text(plan, 125, why, (10, 11)))
     assert out[-2] is history[-2] and out[2] is history[2] and out[3] is history[3]
     out, _ = last_resort_of(history, 100_000, 20_000, level=2)
-    assert out[2] is history[2] and out[3] is history[3] and out[-1]["content"] == compact.cut_text(plan, 60, "cut to fit the window", (5, 5))
+    assert out[2] is history[2] and out[3] is history[3]
+    assert out[-1]["content"] == compact.cut_text(plan, 60, "cut to fit the window", (5, 5))
 
 
 def test_summarize_gone_calls_the_summarizer_once_a_compaction_with_the_focus_and_says_when_it_stood_in(capsys):
@@ -1064,7 +1065,8 @@ def test_summarize_gone_calls_the_summarizer_once_a_compaction_with_the_focus_an
         return "## Progress\n- the clock bug is found\n"
     engine = Compactor(summarize=summarizer)
     engine.guard.offline = lambda messages, focus=None: f"(offline: {len(messages)} messages, focus {focus})"
-    gone, more = [{"role": "user", "content": "Fix the clock."}, {"role": "assistant", "content": "Looking."}], [{"role": "user", "content": "And the alarm."}]
+    gone = [{"role": "user", "content": "Fix the clock."}, {"role": "assistant", "content": "Looking."}]
+    more = [{"role": "user", "content": "And the alarm."}]
     run = compact.Pass(focus="the clock")
     compact.summarize_gone(engine, gone, [], run)
     assert seen == [(2, "the clock")] and run.summarized is True
@@ -1078,7 +1080,7 @@ def test_summarize_gone_calls_the_summarizer_once_a_compaction_with_the_focus_an
     engine = Compactor(summarize=failing)
     engine.guard.offline = lambda messages, focus=None: f"(offline: {len(messages)} messages, focus {focus})"
     compact.summarize_gone(engine, gone, [], compact.Pass(focus="the clock"))
-    assert engine.state.summary == ("(Compaction 1 replaced 2 messages, ~" + f"{compact.estimate_tokens(gone):,}" + " tokens, turns 1-1; "
+    assert engine.state.summary == (f"(Compaction 1 replaced 2 messages, ~{compact.estimate_tokens(gone):,} tokens, turns 1-1; "
                                     "the summary model failed, so the summary below was extracted from the turns without it.)\n"
                                     "(offline: 2 messages, focus the clock)")
     assert "the summarizer failed (ConnectionError)" in capsys.readouterr().err
