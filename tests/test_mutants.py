@@ -1108,3 +1108,40 @@ def test_cut_everything_cuts_each_long_message_to_60_tokens_and_arguments_over_2
         assert json.loads(made["function"]["arguments"])["command"].endswith(f"chars cut: {why}]")
     assert out[4]["tool_calls"][1]["function"]["arguments"] == json.dumps(
         {"command": "y" * 100 + f"…[86 chars cut: {why}]"}, ensure_ascii=False)
+
+
+# --- The user's words under a summary: user_notes ------------------------------------------------------
+
+
+def test_user_notes_show_the_task_the_other_requests_the_rules_and_the_latest_each_once():
+    """In that order, each under its heading; a request equal to the task or the latest is not among
+    the others, a rule a request already shows is not pinned again, and what the kept messages show
+    is not repeated at all."""
+    task, latest = "Fix the clock bug.", "Now the alarm. Never push to main."
+    state = compact.CompactState(task=task, latest=latest, said=["Check the logs.", task, "Run the tests.", latest],
+                                 pinned=["Never push to main.", "Always use tabs."])
+    assert compact.user_notes(state, [], 1_000) == "\n\n".join([
+        f"{compact.TASK_NOTE}\n```\n{task}\n```", f"{compact.SAID_NOTE}\n- Check the logs.\n- Run the tests.",
+        compact.pins_text(["Always use tabs."], 1_000), f"{compact.LATEST_NOTE}\n```\n{latest}\n```"])
+    kept = [{"role": "user", "content": latest}, {"role": "user", "content": "Check the logs. All of them."}]
+    assert compact.user_notes(state, kept, 1_000) == "\n\n".join([
+        f"{compact.TASK_NOTE}\n```\n{task}\n```", f"{compact.SAID_NOTE}\n- Run the tests.", compact.pins_text(["Always use tabs."], 1_000)])
+    assert compact.user_notes(compact.CompactState(), [], 1_000) == ""
+
+
+def test_user_notes_cut_a_task_over_the_budget_keeping_its_rules_and_the_latest_only_when_not_whole():
+    """A task of 30 lines within the budget stays verbatim; one token over, its first and last 10
+    lines stay with the rules between them, and the cut says the archive holds it whole when there
+    is one. The latest request is cut the same way only when even the last resort does not fit."""
+    task = "\n".join(f"line {k}" if k != 15 else "Never delete the tests." for k in range(30))
+    latest = task.replace("line", "the row")
+    state, budget = compact.CompactState(task=task, latest=latest), compact.text_tokens(task)
+    assert compact.text_tokens(latest) > budget
+    assert compact.user_notes(state, [], budget) == f"{compact.TASK_NOTE}\n```\n{task}\n```\n\n{compact.LATEST_NOTE}\n```\n{latest}\n```"
+    for archived, where in ((True, "the archive holds it whole"), (False, "")):
+        cut, cut_latest = (compact.cut_text(t, budget - 1, where, (10, 10), compact.CONSTRAINT) for t in (task, latest))
+        assert "Never delete the tests." in cut and "line 10\n" not in cut and "line 19\n" not in cut
+        assert compact.user_notes(state, [], budget - 1, archived, whole=False) == (
+            f"{compact.TASK_NOTE}\n```\n{cut}\n```\n\n{compact.LATEST_NOTE}\n```\n{cut_latest}\n```")
+        assert compact.user_notes(state, [], budget - 1, archived) == (
+            f"{compact.TASK_NOTE}\n```\n{cut}\n```\n\n{compact.LATEST_NOTE}\n```\n{latest}\n```")
