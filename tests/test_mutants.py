@@ -1127,6 +1127,15 @@ def test_user_notes_show_the_task_the_other_requests_the_rules_and_the_latest_ea
     assert compact.user_notes(state, kept, 1_000) == "\n\n".join([
         f"{compact.TASK_NOTE}\n```\n{task}\n```", f"{compact.SAID_NOTE}\n- Run the tests.", compact.pins_text(["Always use tabs."], 1_000)])
     assert compact.user_notes(compact.CompactState(), [], 1_000) == ""
+    assert compact.user_notes(compact.CompactState(task=task, latest=task), [], 1_000) == f"{compact.TASK_NOTE}\n```\n{task}\n```"
+
+
+def test_the_other_requests_are_the_newest_that_fit_the_budget_at_2_tokens_more_each():
+    said = ["Check the logs.", "Run the tests."]
+    each = [compact.text_tokens(x) for x in said]
+    state = compact.CompactState(said=said)
+    assert compact.user_notes(state, [], sum(each) + 4) == f"{compact.SAID_NOTE}\n- Check the logs.\n- Run the tests."
+    assert compact.user_notes(state, [], sum(each) + 3) == f"{compact.SAID_NOTE}\n- Run the tests."
 
 
 def test_user_notes_cut_a_task_over_the_budget_keeping_its_rules_and_the_latest_only_when_not_whole():
