@@ -230,6 +230,10 @@ EQUIVALENT: dict[str, str] = {
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
     "compact.x_find_cut_within__mutmut_19": "used 1, not 0, only for an empty tail, which never enters the loop (that needs two groups)",
     "compact.x_cut_text__mutmut_19": "< 20 for <= 20: of exactly 20 lines that matter, the first 5 and the last 15 are all 20",
+    "compact.x_user_notes__mutmut_84": "words joined by XX\\nXX: it is searched for whole rules, and sentences() ends a rule at every line end",
+    "compact.x_user_notes__mutmut_43": "verbatim(..., None) for False: `whole or ...` reads it as a truth value, and None is false like False",
+    "compact.x_last_resort__mutmut_131": "focus None where whole is False: summary_with_notes shows the focus only in a whole summary",
+    "compact.x_last_resort__mutmut_133": "whole=None for False: summary_with_notes reads it as a truth value, and None is false like False",
     "compact.x_find_cut_within__mutmut_25": "max_tokens / 2 for // 2: used is an int, and an int passes m // 2 exactly when it passes m / 2",
     "tiny_agent.x_replace_file__mutmut_26": "follow_symlinks=None: os.stat reads it as a truth value, and None is false like False",
     "tiny_agent.x_replace_file__mutmut_37": "st_nlink >= 1: a file of one name is a record only inside the records, which tool_path refused already (the walk is slower)",
@@ -969,28 +973,29 @@ def test_a_link_planted_at_the_temporary_name_is_never_written_through(tmp_path,
 # --- The last resort: what it keeps, cuts and gives the summarizer ----------------------------------
 
 
-def call(id_: str, name: str, **args) -> dict:
+def named_call(id_: str, name: str, **args) -> dict:
     return {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
-def calls(*made: dict) -> dict:
+def calling(*made: dict) -> dict:
     return {"role": "assistant", "content": "", "tool_calls": list(made)}
 
 
-def result(id_: str, text: str) -> dict:
+def output(id_: str, text: str) -> dict:
     return {"role": "tool", "tool_call_id": id_, "content": text}
 
 
-def last_resort_of(history: list[dict], window: int, reserve: int, level: int = 1) -> tuple[list[dict], list[list[str]]]:
+def last_resort_of(history: list[dict], window: int, reserve: int, level: int = 1, focus: str | None = None,
+                   summary: str = "## Progress\n- the earlier turns went fine") -> tuple[list[dict], list[list[str]]]:
     """What the last resort makes of `history` (called alone, compact now or as far as it goes at
     level 2, query_db a precise tool), and the texts each summarizer call read."""
     read = []
 
     def summarizer(messages, focus=None):
         read.append([compact.content_text(m) for m in messages])
-        return "## Progress\n- the earlier turns went fine"
+        return summary
     engine = Compactor(context_window=window, reserved_output=reserve, summarize=summarizer, precise_tools=("query_db",))
-    return compact.last_resort(engine, history, engine.start(history, None, level, None)), read
+    return compact.last_resort(engine, history, engine.start(history, focus, level, None)), read
 
 
 def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_to_a_twentieth_of_the_room():
@@ -999,13 +1004,14 @@ def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_
     shortened; a precise tool's call and result, earlier or not, stay word for word, and the
     summarizer reads only what leaves."""
     history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
-               calls(call("q1", "query_db", sql="select " + "x" * 500)), result("q1", tokens_exactly(1_500)),
+               calling(named_call("q1", "query_db", sql="select " + "x" * 500)), output("q1", tokens_exactly(1_500)),
                {"role": "assistant", "content": "Found the rows."}, {"role": "user", "content": "Now check the logs."},
-               calls(call("b1", "bash", command="cat log " + "y" * 500), call("b2", "bash", command="ls")),
-               result("b1", tokens_exactly(1_001)), result("b2", tokens_exactly(1_000))]
-    out, read = last_resort_of(history, 100_000, 20_000)
+               calling(named_call("b1", "bash", command="cat log " + "y" * 500), named_call("b2", "bash", command="ls")),
+               output("b1", tokens_exactly(1_001)), output("b2", tokens_exactly(1_000))]
+    out, read = last_resort_of(history, 100_000, 20_000, focus="the logs")
     assert read == [["Fix the clock bug.", "Found the rows."]]
     assert out[0] is history[0] and compact.is_summary(out[1]) and len(out) == 8
+    assert "Focus of this compaction: the logs" in out[1]["content"]
     assert all(a is b for a, b in zip(out[2:5], [history[2], history[3], history[5]])) and out[7] is history[8]
     assert out[5]["tool_calls"][0]["function"]["arguments"] != history[6]["tool_calls"][0]["function"]["arguments"]
     assert out[5]["tool_calls"][1] is history[6]["tool_calls"][1]
@@ -1016,8 +1022,8 @@ def test_the_last_resort_cuts_outputs_over_125_tokens_in_a_small_window():
     """SNIP_SHARE of 3,000 tokens of room, divided by 4, is 37: the floor of 125 tokens holds."""
     history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
                {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Run it."},
-               calls(call("b1", "bash", command="make"), call("b2", "bash", command="ls")),
-               result("b1", tokens_exactly(126)), result("b2", tokens_exactly(125))]
+               calling(named_call("b1", "bash", command="make"), named_call("b2", "bash", command="ls")),
+               output("b1", tokens_exactly(126)), output("b2", tokens_exactly(125))]
     out, _ = last_resort_of(history, 4_000, 1_000)
     assert out[-2]["content"] == compact.cut_text(history[-2]["content"], 125, "what the last resort keeps of one output")
     assert out[-1] is history[-1] and out[-3] is history[4] and out[-4] is history[3] and out[-5] == compact.ACK
@@ -1027,31 +1033,45 @@ def test_the_last_resort_keeps_the_last_message_with_its_call_and_the_latest_req
     """The latest turn is the newest message and what it answers (find_cut with 1), not two; a
     precise group in that turn is kept once, where it stands."""
     base = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
-            calls(call("b1", "bash", command="ls")), result("b1", "clock.py")]
+            calling(named_call("b1", "bash", command="ls")), output("b1", "clock.py")]
     history = [*base, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Next."}]
     out, read = last_resort_of(history, 100_000, 20_000)
     assert out[2:] == [compact.ACK, history[-1]] and out[3] is history[-1] and read == [["Fix the clock bug.", "", "clock.py", "Done."]]
-    history = [*base, {"role": "user", "content": "Query it."}, calls(call("q1", "query_db", sql="x")), result("q1", "1 row")]
+    history = [*base, {"role": "user", "content": "Query it."}, calling(named_call("q1", "query_db", sql="x")), output("q1", "1 row")]
     out, _ = last_resort_of(history, 100_000, 20_000)
     assert out[2:] == [compact.ACK, *history[-3:]] and all(a is b for a, b in zip(out[3:], history[-3:]))
 
 
 def test_a_latest_turn_that_alone_does_not_fit_has_its_long_texts_cut_to_their_first_and_last_10_lines():
-    """A reply of 2,000 lines in a window of 3,000 tokens of room: cut to 125 tokens, saying why;
-    the user's request beside it stays whole. As far as it goes (level 2) a precise result still
-    stays word for word."""
-    plan = "\n".join(f"step {k}" for k in range(2_000))
+    """A reply of 4,000 tokens in a window of 3,000 tokens of room (over it, not twice over): cut to
+    125 tokens, saying why; the user's request beside it stays whole. As far as it goes (level 2)
+    a precise result still stays word for word."""
+    plan = "\n".join(f"step {k}" for k in range(1_000))
+    assert compact.text_tokens(plan) == 3_999
     history = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "Plan it."},
-               calls(call("q1", "query_db", sql="x")), result("q1", tokens_exactly(300)),
+               calling(named_call("q1", "query_db", sql="x")), output("q1", tokens_exactly(300)),
                {"role": "user", "content": "Write the plan. " + tokens_exactly(200)}, {"role": "assistant", "content": plan}]
     out, _ = last_resort_of(history, 4_000, 1_000)
     why = "this message alone would not fit the window"
     assert out[-1]["content"] == compact.cut_text(plan, 125, why, (10, 10))
     assert out[-1]["content"] not in (compact.cut_text(plan, 125, why, (11, 10)), compact.cut_text(plan, 125, why, (10, 11)))
-    assert out[-2] is history[-2] and out[2] is history[2] and out[3] is history[3]
+    assert len(out) == 6 and out[0] is history[0] and all(a is b for a, b in zip(out[2:5], history[2:5]))
     out, _ = last_resort_of(history, 100_000, 20_000, level=2)
     assert out[2] is history[2] and out[3] is history[3]
     assert out[-1]["content"] == compact.cut_text(plan, 60, "cut to fit the window", (5, 5))
+
+
+def test_a_summary_too_large_for_the_window_gives_way_to_a_note_and_the_users_words_without_extras():
+    """The summary, then the latest turn: when both do not fit, the summary is a note that sends
+    to the archive, and only the user's words stay below it (no focus line, the latest cut)."""
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               {"role": "assistant", "content": "Looking."}, {"role": "user", "content": "Go on."}]
+    big = "## Progress\n" + "".join(f"- step {k} went fine\n" for k in range(400))
+    out, _ = last_resort_of(history, 4_000, 1_000, focus="the clock", summary=big)
+    text = out[1]["content"]
+    assert "(The summary of the earlier turns did not fit the window; see the archive.)" in text and "step 7 " not in text
+    assert "Focus of this compaction" not in text and "Fix the clock bug." in text
+    assert out[2:] == [compact.ACK, history[-1]]
 
 
 def test_summarize_gone_calls_the_summarizer_once_a_compaction_with_the_focus_and_says_when_it_stood_in(capsys):
@@ -1094,9 +1114,9 @@ def test_cut_everything_cuts_each_long_message_to_60_tokens_and_arguments_over_2
     message of 61 tokens is cut, one of 60 is not; an output keeps its first and last 5 lines."""
     lines = "\n".join(f"line {k}" for k in range(100))
     history = [{"role": "system", "content": tokens_exactly(300)}, {"role": "user", "content": tokens_exactly(300)},
-               calls(call("q1", "query_db", sql="w" * 400)), result("q1", tokens_exactly(300)),
-               calls(call("b1", "bash", command="z" * 300), call("b2", "bash", command="y" * 186)),
-               result("b1", lines), result("b2", tokens_exactly(61)), {"role": "assistant", "content": tokens_exactly(60)}]
+               calling(named_call("q1", "query_db", sql="w" * 400)), output("q1", tokens_exactly(300)),
+               calling(named_call("b1", "bash", command="z" * 300), named_call("b2", "bash", command="y" * 186)),
+               output("b1", lines), output("b2", tokens_exactly(61)), {"role": "assistant", "content": tokens_exactly(60)}]
     assert len(history[4]["tool_calls"][1]["function"]["arguments"]) == 201
     out = compact.cut_everything(history, ("query_db",))
     assert all(out[k] is history[k] for k in (0, 1, 2, 3, 7))
@@ -1128,6 +1148,14 @@ def test_user_notes_show_the_task_the_other_requests_the_rules_and_the_latest_ea
         f"{compact.TASK_NOTE}\n```\n{task}\n```", f"{compact.SAID_NOTE}\n- Run the tests.", compact.pins_text(["Always use tabs."], 1_000)])
     assert compact.user_notes(compact.CompactState(), [], 1_000) == ""
     assert compact.user_notes(compact.CompactState(task=task, latest=task), [], 1_000) == f"{compact.TASK_NOTE}\n```\n{task}\n```"
+
+
+def test_rules_past_the_budget_are_counted_and_the_archive_named_only_when_there_is_one():
+    rules = [f"Never touch file_{k}.py." for k in range(5)]
+    state, budget = compact.CompactState(pinned=rules), compact.text_tokens(rules[-1])
+    assert compact.user_notes(state, [], budget) == compact.pins_text(rules, budget, True)
+    assert compact.user_notes(state, [], budget, archived=False) == (
+        f"{compact.PINS_NOTE}\n- {rules[-1]}\n- … and 4 earlier constraints, not shown for space")
 
 
 def test_the_other_requests_are_the_newest_that_fit_the_budget_at_2_tokens_more_each():
