@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import tempfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -1182,3 +1183,29 @@ def test_user_notes_cut_a_task_over_the_budget_keeping_its_rules_and_the_latest_
             f"{compact.TASK_NOTE}\n```\n{cut}\n```\n\n{compact.LATEST_NOTE}\n```\n{cut_latest}\n```")
         assert compact.user_notes(state, [], budget - 1, archived) == (
             f"{compact.TASK_NOTE}\n```\n{cut}\n```\n\n{compact.LATEST_NOTE}\n```\n{latest}\n```")
+
+
+# --- The engine's steps: apply --------------------------------------------------------------------------
+
+
+def test_a_step_is_kept_when_it_frees_at_least_its_frees_tokens_and_what_it_took_is_noted():
+    """Its name, the sizes before and after and the seconds it ran go in the report; a step that
+    freed less is undone, its summary and turns count too."""
+    history = [say("system", "s"), say("user", tokens_exactly(100)), say("assistant", "ok"), say("user", "go")]
+    shorter = [history[0], say("user", "short"), *history[2:]]
+    engine = Compactor()
+    run = engine.start(history, None, 1, None)
+    freed = engine.size(history, run) - engine.size(shorter, run)
+
+    def trim(messages, run):
+        engine.state.summary, engine.state.turns = "made by the step", 7
+        return shorter
+    clock = time.perf_counter()
+    assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed), history, run) is shorter
+    took = time.perf_counter() - clock
+    assert (engine.state.summary, engine.state.turns) == ("made by the step", 7)
+    (name, before, after, seconds), = engine.state.report
+    assert (name, before, after) == ("trim", engine.size(history, run), engine.size(shorter, run)) and 0 <= seconds <= took
+    engine.state.summary, engine.state.turns = "", 0
+    assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed + 1), history, run) is history
+    assert (engine.state.summary, engine.state.turns) == ("", 0) and len(engine.state.report) == 2
