@@ -1209,3 +1209,24 @@ def test_a_step_is_kept_when_it_frees_at_least_its_frees_tokens_and_what_it_took
     engine.state.summary, engine.state.turns = "", 0
     assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed + 1), history, run) is history
     assert (engine.state.summary, engine.state.turns) == ("", 0) and len(engine.state.report) == 2
+
+
+def test_a_step_run_every_call_that_did_nothing_does_not_hold_the_next_compaction_back():
+    """A step past its share that frees nothing makes the engine wait until the history grows (the
+    floor); one that runs every call (`at` 0) is not a try at compaction, and leaves no floor."""
+    history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok"), say("user", "go")]
+    for at, floor in ((0, False), (0.0001, True)):
+        engine = Compactor(layers=(("reasoning", {"at": at, "until": 0}),))
+        assert engine.compact(history) is history and engine.state.compactions == 0
+        assert bool(engine.state.floor) is floor
+
+
+def test_a_history_exactly_at_the_window_that_nothing_changed_is_not_a_compaction():
+    history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok")]
+    engine = Compactor(layers=("reasoning",))
+    run = engine.start(history, None, 0, None)
+    run.effective = run.size
+    assert engine.finish(history, history, run) is history and engine.state.compactions == 0 and engine.state.log == []
+    run.effective = run.size - 1
+    with pytest.raises(compact.ContextOverflowError):
+        engine.finish(history, history, run)
