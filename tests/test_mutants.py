@@ -1230,3 +1230,17 @@ def test_a_history_exactly_at_the_window_that_nothing_changed_is_not_a_compactio
     run.effective = run.size - 1
     with pytest.raises(compact.ContextOverflowError):
         engine.finish(history, history, run)
+
+
+def test_a_compaction_that_fits_exactly_is_counted_with_what_it_saved_and_a_floor_only_past_the_trigger():
+    """The window itself fits; a list as large as before saved 0 tokens; past the trigger the next
+    compaction waits for 5% growth, at the trigger exactly (or under) it does not wait."""
+    history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok")]
+    engine = Compactor(trigger=0.5, layers=("reasoning",))
+    for room, floor in ((1, True), (2, False)):
+        run = engine.start(history, None, 0, None)
+        out = [dict(m) for m in history]  # another list, as large
+        run.effective = room * engine.size(out, run)
+        assert engine.finish(history, out, run) is out and engine.state.tokens_saved == 0
+        assert engine.state.floor == (int(engine.size(out, run) * compact.GROWTH_BEFORE_RETRY) if floor else 0)
+    assert engine.state.compactions == 2
