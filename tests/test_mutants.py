@@ -1243,4 +1243,5 @@ def test_a_compaction_that_fits_exactly_is_counted_with_what_it_saved_and_a_floo
         run.effective = room * engine.size(out, run)
         assert engine.finish(history, out, run) is out and engine.state.tokens_saved == 0
         assert engine.state.floor == (int(engine.size(out, run) * compact.GROWTH_BEFORE_RETRY) if floor else 0)
+        assert engine.state.log[-1]["after_tokens"] == engine.size(out, run)
     assert engine.state.compactions == 2
