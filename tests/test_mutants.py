@@ -217,10 +217,10 @@ def test_each_kind_of_token_secret_token_knows_is_masked_in_plain_text(token):
 # this without importing the tests; `mutmut show NAME` prints the change).
 EQUIVALENT: dict[str, str] = {
     "compact.xǁArchiveǁread__mutmut_22": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
-    "tiny_agent.x_save_session__mutmut_41": "ensure_ascii=None: json.dump reads it as a truth value, and None is false like False",
-    "tiny_agent.x_save_session__mutmut_38": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "tiny_agent.x_save_session__mutmut_43": "ensure_ascii=None: json.dump reads it as a truth value, and None is false like False",
+    "tiny_agent.x_save_session__mutmut_40": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
     "tiny_agent.x_read_record__mutmut_42": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
-    "tiny_agent.x_save_session__mutmut_51": "suppress(None): the except meets the temporary file always there (this process made "
+    "tiny_agent.x_save_session__mutmut_53": "suppress(None): the except meets the temporary file always there (this process made "
                                             "it; only the rename, which failed, removes it)",
     "compact.xǁArchiveǁrecords__mutmut_5": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
     "compact.xǁArchiveǁappend__mutmut_7": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
@@ -369,6 +369,9 @@ DAMAGED = {  # what a saved session holds -> what the one line says after "(", t
     "a state field of another type": ({"state": {"summary": 7}}, "state field 'summary' is a int, not a str"),
     "a tool result without its call's id": ({"messages": [{"role": "tool", "content": "x"}]},
                                             "message 0: its content, tool_call_id or tool calls are not what a server sends"),
+    "requests sent not a list": ({"sent": {}}, "sent is not a list of [messages, tokens] pairs"),
+    "a request sent of three numbers": ({"sent": [[3, 100], [4, 120, 7]]}, "sent is not a list of [messages, tokens] pairs"),
+    "a request sent not numbers": ({"sent": [[3, "100"]]}, "sent is not a list of [messages, tokens] pairs"),
 }
 
 
@@ -390,12 +393,12 @@ def test_a_session_of_either_version_reads_with_its_defaults(tmp_path):
         path = tmp_path / "session-1.json"
         path.write_text(json.dumps({"messages": [{"role": "user", "content": "go"}], **fields}))
         data = tiny_agent.read_session(path)
-        assert data["strategy"] == "sawtooth" and data["state"] is None
+        assert data["strategy"] == "sawtooth" and data["state"] is None and data["sent"] == []
         assert data["messages"] == [{"role": "user", "content": "go"}]
     path.write_text(json.dumps({"strategy": "hybrid", "messages": [], "archive": "/a/b.jsonl",
-                                "state": {"summary": "s", "pinned": ["Never push."]}}))
+                                "state": {"summary": "s", "pinned": ["Never push."]}, "sent": [[3, 100], [5, 180]]}))
     data = tiny_agent.read_session(path)
-    assert data["strategy"] == "hybrid" and data["archive"] == "/a/b.jsonl"
+    assert data["strategy"] == "hybrid" and data["archive"] == "/a/b.jsonl" and data["sent"] == [[3, 100], [5, 180]]
     assert data["state"] == compact.CompactState(summary="s", pinned=["Never push."])
 
 
