@@ -43,6 +43,14 @@ os.environ["HOME"] = HOME
 atexit.register(shutil.rmtree, HOME, True)
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under mutmut (MUTANT_UNDER_TEST names a mutant), tests/test_mutants.py runs first: its tests
+    aim at the mechanisms' mutants and take milliseconds, so a mutant they kill dies before the
+    minute the other tests that call its function would take (mutmut stops at the first failure)."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        items.sort(key=lambda item: item.path.name != "test_mutants.py")
+
+
 @pytest.fixture(autouse=True)
 def state(tmp_path, monkeypatch) -> Path:
     """$XDG_STATE_HOME for this test alone, in this process and in every child (agent_env copies

@@ -4,6 +4,7 @@
     python tests/run_mutmut.py find_cut Archive # only these functions (a class: its methods)
     python tests/run_mutmut.py --report         # the last results again, without running
     python tests/run_mutmut.py --quick find_cut # each mutant against tests/test_mutants.py alone (seconds)
+    python tests/run_mutmut.py --quick compact.x_find_cut__mutmut_3   # one mutant (mutmut's name for it)
 
 mutmut copies the project into ./mutants, changes one thing at a time inside a function, and runs
 the tests that called that function (pyproject.toml's [tool.mutmut] lists the test files). A mutant
@@ -25,13 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The mechanisms: mutmut's names for their functions (module.x_function, module.xǁClassǁmethod).
-# Issue 39 ran these to the end, no survivor unnamed: needs_asking reply_body assistant_message
-# save_session read_session read_record own_secrets_masked mask_secrets Archive. For these, each of
-# mutmut's mutants was run against tests/test_mutants.py alone (as --quick does) and is killed by it or
-# named in EQUIVALENT: find_cut groups find_cut_within is_cut_of pin
-# find_constraints cut_over cut_text boundaries Compactor.due Compactor.archived carry_user_words
-# pins_text; mutmut's own run through them (the whole suite a mutant) is not finished. The others are
-# configured but not yet run through (each survivor of theirs costs minutes: hundreds of tests call them).
+# Issue 39 ran each of them to the end: every mutant is killed or named in EQUIVALENT, and one that
+# survived the rest of the suite has a test in tests/test_mutants.py that kills it alone (--quick).
 MECHANISMS = [
     # the approval checker; the file tools; the reply reader (mutmut leaves a decorated function
     # alone: AgentWorkspace.shell, the sandbox's arguments, has no mutants; the bubblewrap tests hold it)
@@ -65,8 +61,13 @@ def equivalent() -> dict[str, str]:
 
 def chosen(words: list[str]) -> list[str]:
     """The mechanisms named by `words`, a function's or a class's name (all without words), as
-    mutmut's globs."""
-    return [f"{m}__mutmut_*" for m in MECHANISMS if not words or set(words) & set(m.split(".x")[1].strip("_ǁ").split("ǁ"))]
+    mutmut's globs; a mutant's own name (tiny_agent.x_tool_path__mutmut_3) stands for itself."""
+    named = [w for w in words if "__mutmut_" in w]
+    functions = [w for w in words if w not in named]
+    if named and not functions:
+        return named
+    return named + [f"{m}__mutmut_*" for m in MECHANISMS
+                    if not functions or set(functions) & set(m.split(".x")[1].strip("_ǁ").split("ǁ"))]
 
 
 def results(globs: list[str]) -> dict[str, str]:
@@ -116,7 +117,9 @@ def quick(globs: list[str]) -> int:
     signal.signal(signal.SIGALRM, late)
     # a test that runs the agent as a child is left out: the child's calls are not this process's
     args = ["-q", "-x", "-n", "0", "-p", "no:cacheprovider", "-k", "not from_the_command_line", "tests/test_mutants.py"]
-    pytest.main([*args, "--collect-only"])  # the imports, once, before any clock runs
+    os.environ["MUTANT_UNDER_TEST"] = ""  # first the code as it is (and the imports, before any clock runs):
+    if pytest.main(args) != 0:  # a test failing without a mutant would count every mutant killed
+        raise SystemExit("tests/test_mutants.py fails on the code as it is: fix that first")
     survivors = []
     for name in names:
         os.environ["MUTANT_UNDER_TEST"] = name

@@ -13,6 +13,8 @@ import os
 import re
 import stat
 import tempfile
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -215,10 +217,10 @@ def test_each_kind_of_token_secret_token_knows_is_masked_in_plain_text(token):
 # this without importing the tests; `mutmut show NAME` prints the change).
 EQUIVALENT: dict[str, str] = {
     "compact.xǁArchiveǁread__mutmut_22": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
-    "tiny_agent.x_save_session__mutmut_41": "ensure_ascii=None: json.dump reads it as a truth value, and None is false like False",
-    "tiny_agent.x_save_session__mutmut_38": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
+    "tiny_agent.x_save_session__mutmut_43": "ensure_ascii=None: json.dump reads it as a truth value, and None is false like False",
+    "tiny_agent.x_save_session__mutmut_40": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
     "tiny_agent.x_read_record__mutmut_42": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
-    "tiny_agent.x_save_session__mutmut_51": "suppress(None): the except meets the temporary file always there (this process made "
+    "tiny_agent.x_save_session__mutmut_53": "suppress(None): the except meets the temporary file always there (this process made "
                                             "it; only the rename, which failed, removes it)",
     "compact.xǁArchiveǁrecords__mutmut_5": '"UTF-8" and "utf-8" name one codec (Python looks codec names up case-insensitively)',
     "compact.xǁArchiveǁappend__mutmut_7": "ensure_ascii=None: json.dumps reads it as a truth value, and None is false like False",
@@ -229,7 +231,13 @@ EQUIVALENT: dict[str, str] = {
     "compact.x_mask_secrets__mutmut_19": "m[2], the quote, is set exactly when m[1] is: both belong to SECRET_VALUE's first form",
     "compact.x_find_cut_within__mutmut_19": "used 1, not 0, only for an empty tail, which never enters the loop (that needs two groups)",
     "compact.x_cut_text__mutmut_19": "< 20 for <= 20: of exactly 20 lines that matter, the first 5 and the last 15 are all 20",
+    "compact.x_user_notes__mutmut_84": "words joined by XX\\nXX: it is searched for whole rules, and sentences() ends a rule at every line end",
+    "compact.x_user_notes__mutmut_43": "verbatim(..., None) for False: `whole or ...` reads it as a truth value, and None is false like False",
+    "compact.x_last_resort__mutmut_131": "focus None where whole is False: summary_with_notes shows the focus only in a whole summary",
+    "compact.x_last_resort__mutmut_133": "whole=None for False: summary_with_notes reads it as a truth value, and None is false like False",
     "compact.x_find_cut_within__mutmut_25": "max_tokens / 2 for // 2: used is an int, and an int passes m // 2 exactly when it passes m / 2",
+    "tiny_agent.x_replace_file__mutmut_26": "follow_symlinks=None: os.stat reads it as a truth value, and None is false like False",
+    "tiny_agent.x_replace_file__mutmut_37": "st_nlink >= 1: a file of one name is a record only inside the records, which tool_path refused already (the walk is slower)",
 }
 
 
@@ -361,6 +369,9 @@ DAMAGED = {  # what a saved session holds -> what the one line says after "(", t
     "a state field of another type": ({"state": {"summary": 7}}, "state field 'summary' is a int, not a str"),
     "a tool result without its call's id": ({"messages": [{"role": "tool", "content": "x"}]},
                                             "message 0: its content, tool_call_id or tool calls are not what a server sends"),
+    "requests sent not a list": ({"sent": {}}, "sent is not a list of [messages, tokens] pairs"),
+    "a request sent of three numbers": ({"sent": [[3, 100], [4, 120, 7]]}, "sent is not a list of [messages, tokens] pairs"),
+    "a request sent not numbers": ({"sent": [[3, "100"]]}, "sent is not a list of [messages, tokens] pairs"),
 }
 
 
@@ -382,12 +393,12 @@ def test_a_session_of_either_version_reads_with_its_defaults(tmp_path):
         path = tmp_path / "session-1.json"
         path.write_text(json.dumps({"messages": [{"role": "user", "content": "go"}], **fields}))
         data = tiny_agent.read_session(path)
-        assert data["strategy"] == "sawtooth" and data["state"] is None
+        assert data["strategy"] == "sawtooth" and data["state"] is None and data["sent"] == []
         assert data["messages"] == [{"role": "user", "content": "go"}]
     path.write_text(json.dumps({"strategy": "hybrid", "messages": [], "archive": "/a/b.jsonl",
-                                "state": {"summary": "s", "pinned": ["Never push."]}}))
+                                "state": {"summary": "s", "pinned": ["Never push."]}, "sent": [[3, 100], [5, 180]]}))
     data = tiny_agent.read_session(path)
-    assert data["strategy"] == "hybrid" and data["archive"] == "/a/b.jsonl"
+    assert data["strategy"] == "hybrid" and data["archive"] == "/a/b.jsonl" and data["sent"] == [[3, 100], [5, 180]]
     assert data["state"] == compact.CompactState(summary="s", pinned=["Never push."])
 
 
@@ -833,3 +844,407 @@ def test_carry_user_words_takes_the_task_the_latest_the_others_and_the_rules_of_
     assert fresh.task == "" and fresh.said == ["This one leaves.", "Never use sudo."] and fresh.pinned == ["Never use sudo."]
     compact.carry_user_words(fresh, [], [])
     assert fresh.latest == "Never use sudo."
+
+
+# --- The file tools: which paths they take, and how a write lands -------------------------------
+
+
+@pytest.mark.parametrize("path, said", [
+    ("", "path '' must be relative to the workspace"),
+    (7, "path 7 must be relative to the workspace"),
+    ("/etc/passwd", "path '/etc/passwd' must be relative to the workspace"),
+    ("a\0b", "path 'a\\x00b' holds a null byte or a character that is not text; nothing was read or written"),
+    ("a\ud800b", "path 'a\\ud800b' holds a null byte or a character that is not text; nothing was read or written"),
+    ("../x", "path '../x' leads outside the workspace"),
+    ("a/../../x", "path 'a/../../x' leads outside the workspace"),
+    (".", "path '.' is the workspace folder itself, not a file"),
+    ("a/..", "path 'a/..' is the workspace folder itself, not a file"),
+])
+def test_tool_path_refuses_each_path_that_is_not_a_file_of_the_workspace_in_its_own_words(tmp_path, path, said):
+    with pytest.raises(tiny_agent.ToolError) as raised:
+        tiny_agent.tool_path(tiny_agent.Workspace(root=tmp_path), path)
+    assert str(raised.value) == said
+
+
+def test_tool_path_resolves_dots_and_empty_names_by_name():
+    assert tiny_agent.tool_path(tiny_agent.Workspace(root=Path("/w")), "./a//b/./../c.txt") == ["a", "c.txt"]
+
+
+def test_no_tool_path_leads_into_the_agents_records_even_inside_the_workspace(tmp_path, state):
+    """The `state` fixture puts the records in tmp_path/state: here inside the workspace."""
+    (state / "tiny-agent" / "w").mkdir(parents=True)
+    ws = tiny_agent.Workspace(root=tmp_path)
+    for path in ("state/tiny-agent", "state/tiny-agent/w/session-1.json", "state/x/../tiny-agent/w"):
+        with pytest.raises(tiny_agent.ToolError) as raised:
+            tiny_agent.tool_path(ws, path)
+        assert str(raised.value) == f"path {path!r} {tiny_agent.RECORDS}"
+    assert tiny_agent.tool_path(ws, "state/notes.txt") == ["state", "notes.txt"]
+
+
+@pytest.mark.parametrize("path", [".env", "sub/.env", ".git/config", "a/.git/hooks/pre-commit"])
+def test_the_file_tools_read_the_users_settings_but_never_write_them(tmp_path, path):
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_text("KEY=1\n")
+    ws = tiny_agent.Workspace(root=tmp_path)
+    assert tiny_agent.read_file(ws, path) == "KEY=1\n"
+    for write in (lambda: tiny_agent.write_file(ws, path, "x"), lambda: tiny_agent.edit_file(ws, path, "1", "2")):
+        with pytest.raises(tiny_agent.ToolError) as raised:
+            write()
+        assert str(raised.value) == f"path {path!r} is the user's settings (.env, .git): only the user changes them"
+    assert (tmp_path / path).read_text() == "KEY=1\n"
+    assert tiny_agent.tool_path(ws, path.replace(".env", ".envrc").replace(".git/", ".github/"), writing=True)
+
+
+def test_a_write_keeps_a_files_mode_and_a_new_file_gets_0666_less_the_umask(tmp_path):
+    """A file keeps its mode (0600 stays private, 0755 runs); the temporary file is gone."""
+    ws, umask = tiny_agent.Workspace(root=tmp_path / "w"), os.umask(0o022)
+    (tmp_path / "w").mkdir()
+    try:
+        assert tiny_agent.write_file(ws, "new.txt", "héllo") == "wrote 5 chars to new.txt"
+        tiny_agent.write_file(ws, "sub/deeper/new.txt", "x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "w" / "new.txt").read_text() == "héllo" and (tmp_path / "w" / "sub/deeper/new.txt").read_text() == "x"
+    assert stat.S_IMODE((tmp_path / "w" / "new.txt").stat().st_mode) == 0o644
+    for mode in (0o600, 0o755):
+        (tmp_path / "w" / f"{mode:o}").write_text("old")
+        (tmp_path / "w" / f"{mode:o}").chmod(mode)
+        tiny_agent.write_file(ws, f"{mode:o}", "new")
+        assert (tmp_path / "w" / f"{mode:o}").read_text() == "new"
+        assert stat.S_IMODE((tmp_path / "w" / f"{mode:o}").stat().st_mode) == mode
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["600", "755", "new.txt", "sub"]
+
+
+def test_a_write_over_a_folder_a_fifo_or_a_link_is_refused_in_one_line(tmp_path):
+    (tmp_path / "dir").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    (tmp_path / "file-link").symlink_to(tmp_path / "state")  # a link is refused whatever it leads to
+    (tmp_path / "state" / "f").write_text("kept")
+    (tmp_path / "link-to-file").symlink_to(tmp_path / "state" / "f")
+    for name in ("dir", "pipe", "link", "file-link", "link-to-file"):
+        with pytest.raises(tiny_agent.ToolError) as raised:
+            tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path), name, "x")
+        assert str(raised.value) == f"{name} is not a regular file"
+    assert (tmp_path / "link").is_symlink() and list((tmp_path / "dir").iterdir()) == []
+
+
+def test_a_write_to_a_hard_link_of_a_record_is_refused_and_the_record_kept(tmp_path, state):
+    record = state / "tiny-agent" / "w" / "session-1.json"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"version": 2}')
+    (tmp_path / "work").mkdir()
+    os.link(record, tmp_path / "work" / "s.json")
+    with pytest.raises(tiny_agent.ToolError) as raised:
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "work"), "s.json", "x")
+    assert str(raised.value) == f"s.json {tiny_agent.RECORDS} (a hard link to one)"
+    assert record.read_text() == '{"version": 2}' and os.path.samefile(record, tmp_path / "work" / "s.json")
+    os.link(tmp_path / "work" / "s.json", tmp_path / "work" / "t.json")  # three names now
+    with pytest.raises(tiny_agent.ToolError):
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "work"), "t.json", "x")
+    (tmp_path / "work" / "mine.txt").write_text("a")  # an ordinary hard link is written: the name replaced
+    os.link(tmp_path / "work" / "mine.txt", tmp_path / "work" / "also.txt")
+    tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "work"), "also.txt", "b")
+    assert (tmp_path / "work" / "also.txt").read_text() == "b" and (tmp_path / "work" / "mine.txt").read_text() == "a"
+
+
+def test_a_write_whose_rename_fails_leaves_the_file_whole_and_no_temporary_one(tmp_path, monkeypatch):
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "notes.txt").write_text("old")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(tiny_agent.os, "replace", full)
+    monkeypatch.chdir(tmp_path)  # a temporary file looked for in the wrong folder would not be found
+    with pytest.raises(OSError):
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "w"), "notes.txt", "new")
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["notes.txt"] and (tmp_path / "w" / "notes.txt").read_text() == "old"
+
+
+def test_a_link_planted_at_the_temporary_name_is_never_written_through(tmp_path, monkeypatch):
+    """The temporary file is made new (O_EXCL) and never through a link (O_NOFOLLOW): with its
+    random part known here, a link put at its name in advance stops the write, and nothing outside
+    changes."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "outside.txt").write_text("mine")
+    monkeypatch.setattr(tiny_agent.os, "urandom", lambda n: b"\0" * n)
+    (tmp_path / "w" / ".notes.txt.00000000.tmp").symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(FileExistsError):
+        tiny_agent.write_file(tiny_agent.Workspace(root=tmp_path / "w"), "notes.txt", "x")
+    assert (tmp_path / "outside.txt").read_text() == "mine" and not (tmp_path / "w" / "notes.txt").exists()
+
+
+# --- The last resort: what it keeps, cuts and gives the summarizer ----------------------------------
+
+
+def named_call(id_: str, name: str, **args) -> dict:
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def calling(*made: dict) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": list(made)}
+
+
+def output(id_: str, text: str) -> dict:
+    return {"role": "tool", "tool_call_id": id_, "content": text}
+
+
+def last_resort_of(history: list[dict], window: int, reserve: int, level: int = 1, focus: str | None = None,
+                   summary: str = "## Progress\n- the earlier turns went fine") -> tuple[list[dict], list[list[str]]]:
+    """What the last resort makes of `history` (called alone, compact now or as far as it goes at
+    level 2, query_db a precise tool), and the texts each summarizer call read."""
+    read = []
+
+    def summarizer(messages, focus=None):
+        read.append([compact.content_text(m) for m in messages])
+        return summary
+    engine = Compactor(context_window=window, reserved_output=reserve, summarize=summarizer, precise_tools=("query_db",))
+    return compact.last_resort(engine, history, engine.start(history, focus, level, None)), read
+
+
+def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_to_a_twentieth_of_the_room():
+    """A window of 100,000 with 20,000 reserved: outputs of the latest turn over 1,000 tokens
+    (SNIP_SHARE of the 80,000 tokens of room, divided by 4) are cut to 1,000, its long arguments
+    shortened; a precise tool's call and result, earlier or not, stay word for word, and the
+    summarizer reads only what leaves."""
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               calling(named_call("q1", "query_db", sql="select " + "x" * 500)), output("q1", tokens_exactly(1_500)),
+               {"role": "assistant", "content": "Found the rows."}, {"role": "user", "content": "Now check the logs."},
+               calling(named_call("b1", "bash", command="cat log " + "y" * 500), named_call("b2", "bash", command="ls")),
+               output("b1", tokens_exactly(1_001)), output("b2", tokens_exactly(1_000))]
+    out, read = last_resort_of(history, 100_000, 20_000, focus="the logs")
+    assert read == [["Fix the clock bug.", "Found the rows."]]
+    assert out[0] is history[0] and compact.is_summary(out[1]) and len(out) == 8
+    assert "Focus of this compaction: the logs" in out[1]["content"]
+    assert all(a is b for a, b in zip(out[2:5], [history[2], history[3], history[5]])) and out[7] is history[8]
+    assert out[5]["tool_calls"][0]["function"]["arguments"] != history[6]["tool_calls"][0]["function"]["arguments"]
+    assert out[5]["tool_calls"][1] is history[6]["tool_calls"][1]
+    assert out[6]["content"] == compact.cut_text(history[7]["content"], 1_000, "what the last resort keeps of one output")
+
+
+def test_the_last_resort_cuts_outputs_over_125_tokens_in_a_small_window():
+    """SNIP_SHARE of 3,000 tokens of room, divided by 4, is 37: the floor of 125 tokens holds."""
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Run it."},
+               calling(named_call("b1", "bash", command="make"), named_call("b2", "bash", command="ls")),
+               output("b1", tokens_exactly(126)), output("b2", tokens_exactly(125))]
+    out, _ = last_resort_of(history, 4_000, 1_000)
+    assert out[-2]["content"] == compact.cut_text(history[-2]["content"], 125, "what the last resort keeps of one output")
+    assert out[-1] is history[-1] and out[-3] is history[4] and out[-4] is history[3] and out[-5] == compact.ACK
+
+
+def test_the_last_resort_keeps_the_last_message_with_its_call_and_the_latest_request_and_no_copy():
+    """The latest turn is the newest message and what it answers (find_cut with 1), not two; a
+    precise group in that turn is kept once, where it stands."""
+    base = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+            calling(named_call("b1", "bash", command="ls")), output("b1", "clock.py")]
+    history = [*base, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Next."}]
+    out, read = last_resort_of(history, 100_000, 20_000)
+    assert out[2:] == [compact.ACK, history[-1]] and out[3] is history[-1] and read == [["Fix the clock bug.", "", "clock.py", "Done."]]
+    history = [*base, {"role": "user", "content": "Query it."}, calling(named_call("q1", "query_db", sql="x")), output("q1", "1 row")]
+    out, _ = last_resort_of(history, 100_000, 20_000)
+    assert out[2:] == [compact.ACK, *history[-3:]] and all(a is b for a, b in zip(out[3:], history[-3:]))
+
+
+def test_a_latest_turn_that_alone_does_not_fit_has_its_long_texts_cut_to_their_first_and_last_10_lines():
+    """A reply of 4,000 tokens in a window of 3,000 tokens of room (over it, not twice over): cut to
+    125 tokens, saying why; the user's request beside it stays whole. As far as it goes (level 2)
+    a precise result still stays word for word."""
+    plan = "\n".join(f"step {k}" for k in range(1_000))
+    assert compact.text_tokens(plan) == 3_999
+    history = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "Plan it."},
+               calling(named_call("q1", "query_db", sql="x")), output("q1", tokens_exactly(300)),
+               {"role": "user", "content": "Write the plan. " + tokens_exactly(200)}, {"role": "assistant", "content": plan}]
+    out, _ = last_resort_of(history, 4_000, 1_000)
+    why = "this message alone would not fit the window"
+    assert out[-1]["content"] == compact.cut_text(plan, 125, why, (10, 10))
+    assert out[-1]["content"] not in (compact.cut_text(plan, 125, why, (11, 10)), compact.cut_text(plan, 125, why, (10, 11)))
+    assert len(out) == 6 and out[0] is history[0] and all(a is b for a, b in zip(out[2:5], history[2:5]))
+    out, _ = last_resort_of(history, 100_000, 20_000, level=2)
+    assert out[2] is history[2] and out[3] is history[3]
+    assert out[-1]["content"] == compact.cut_text(plan, 60, "cut to fit the window", (5, 5))
+
+
+def test_a_summary_too_large_for_the_window_gives_way_to_a_note_and_the_users_words_without_extras():
+    """The summary, then the latest turn: when both do not fit, the summary is a note that sends
+    to the archive, and only the user's words stay below it (no focus line, the latest cut)."""
+    history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
+               {"role": "assistant", "content": "Looking."}, {"role": "user", "content": "Go on."}]
+    big = "## Progress\n" + "".join(f"- step {k} went fine\n" for k in range(400))
+    out, _ = last_resort_of(history, 4_000, 1_000, focus="the clock", summary=big)
+    text = out[1]["content"]
+    assert "(The summary of the earlier turns did not fit the window; see the archive.)" in text and "step 7 " not in text
+    assert "Focus of this compaction" not in text and "Fix the clock bug." in text
+    assert out[2:] == [compact.ACK, history[-1]]
+
+
+def test_summarize_gone_calls_the_summarizer_once_a_compaction_with_the_focus_and_says_when_it_stood_in(capsys):
+    """The first call summarizes what leaves with the focus asked for; a second in the same compaction
+    adds the offline summary of what else leaves below it; a summarizer that fails is replaced by
+    the offline summary, the first line saying so."""
+    seen = []
+
+    def summarizer(messages, focus=None):
+        seen.append((len(messages), focus))
+        return "## Progress\n- the clock bug is found\n"
+    engine = Compactor(summarize=summarizer)
+    engine.guard.offline = lambda messages, focus=None: f"(offline: {len(messages)} messages, focus {focus})"
+    gone = [{"role": "user", "content": "Fix the clock."}, {"role": "assistant", "content": "Looking."}]
+    more = [{"role": "user", "content": "And the alarm."}]
+    run = compact.Pass(focus="the clock")
+    compact.summarize_gone(engine, gone, [], run)
+    assert seen == [(2, "the clock")] and run.summarized is True
+    first = engine.state.summary
+    assert first.startswith("## Progress\n- the clock bug is found")
+    compact.summarize_gone(engine, more, [], run)
+    assert seen == [(2, "the clock")] and engine.state.summary == first.rstrip() + "\n\n(offline: 1 messages, focus the clock)"
+
+    def failing(messages, focus=None):
+        raise ConnectionError("down")
+    engine = Compactor(summarize=failing)
+    engine.guard.offline = lambda messages, focus=None: f"(offline: {len(messages)} messages, focus {focus})"
+    compact.summarize_gone(engine, gone, [], compact.Pass(focus="the clock"))
+    assert engine.state.summary == (f"(Compaction 1 replaced 2 messages, ~{compact.estimate_tokens(gone):,} tokens, turns 1-1; "
+                                    "the summary model failed, so the summary below was extracted from the turns without it.)\n"
+                                    "(offline: 2 messages, focus the clock)")
+    assert "the summarizer failed (ConnectionError)" in capsys.readouterr().err
+
+
+# --- As far as it goes: cut_everything -----------------------------------------------------------------
+
+
+def test_cut_everything_cuts_each_long_message_to_60_tokens_and_arguments_over_200_characters_but_keeps_the_users():
+    """The system prompt, the user's words and a precise group stay as they are, however long; a
+    message of 61 tokens is cut, one of 60 is not; an output keeps its first and last 5 lines."""
+    lines = "\n".join(f"line {k}" for k in range(100))
+    history = [{"role": "system", "content": tokens_exactly(300)}, {"role": "user", "content": tokens_exactly(300)},
+               calling(named_call("q1", "query_db", sql="w" * 400)), output("q1", tokens_exactly(300)),
+               calling(named_call("b1", "bash", command="z" * 300), named_call("b2", "bash", command="y" * 186)),
+               output("b1", lines), output("b2", tokens_exactly(61)), {"role": "assistant", "content": tokens_exactly(60)}]
+    assert len(history[4]["tool_calls"][1]["function"]["arguments"]) == 201
+    out = compact.cut_everything(history, ("query_db",))
+    assert all(out[k] is history[k] for k in (0, 1, 2, 3, 7))
+    why = "cut to fit the window"
+    assert out[5]["content"] == compact.cut_text(lines, 60, why, (5, 5))
+    assert out[5]["content"] not in (compact.cut_text(lines, 60, why, (6, 5)), compact.cut_text(lines, 60, why, (5, 6)))
+    assert out[6]["content"] == compact.cut_text(history[6]["content"], 60, why, (5, 5))
+    for made in out[4]["tool_calls"]:
+        assert json.loads(made["function"]["arguments"])["command"].endswith(f"chars cut: {why}]")
+    assert out[4]["tool_calls"][1]["function"]["arguments"] == json.dumps(
+        {"command": "y" * 100 + f"…[86 chars cut: {why}]"}, ensure_ascii=False)
+
+
+# --- The user's words under a summary: user_notes ------------------------------------------------------
+
+
+def test_user_notes_show_the_task_the_other_requests_the_rules_and_the_latest_each_once():
+    """In that order, each under its heading; a request equal to the task or the latest is not among
+    the others, a rule a request already shows is not pinned again, and what the kept messages show
+    is not repeated at all."""
+    task, latest = "Fix the clock bug.", "Now the alarm. Never push to main."
+    state = compact.CompactState(task=task, latest=latest, said=["Check the logs.", task, "Run the tests.", latest],
+                                 pinned=["Never push to main.", "Always use tabs."])
+    assert compact.user_notes(state, [], 1_000) == "\n\n".join([
+        f"{compact.TASK_NOTE}\n```\n{task}\n```", f"{compact.SAID_NOTE}\n- Check the logs.\n- Run the tests.",
+        compact.pins_text(["Always use tabs."], 1_000), f"{compact.LATEST_NOTE}\n```\n{latest}\n```"])
+    kept = [{"role": "user", "content": latest}, {"role": "user", "content": "Check the logs. All of them."}]
+    assert compact.user_notes(state, kept, 1_000) == "\n\n".join([
+        f"{compact.TASK_NOTE}\n```\n{task}\n```", f"{compact.SAID_NOTE}\n- Run the tests.", compact.pins_text(["Always use tabs."], 1_000)])
+    assert compact.user_notes(compact.CompactState(), [], 1_000) == ""
+    assert compact.user_notes(compact.CompactState(task=task, latest=task), [], 1_000) == f"{compact.TASK_NOTE}\n```\n{task}\n```"
+
+
+def test_rules_past_the_budget_are_counted_and_the_archive_named_only_when_there_is_one():
+    rules = [f"Never touch file_{k}.py." for k in range(5)]
+    state, budget = compact.CompactState(pinned=rules), compact.text_tokens(rules[-1])
+    assert compact.user_notes(state, [], budget) == compact.pins_text(rules, budget, True)
+    assert compact.user_notes(state, [], budget, archived=False) == (
+        f"{compact.PINS_NOTE}\n- {rules[-1]}\n- … and 4 earlier constraints, not shown for space")
+
+
+def test_the_other_requests_are_the_newest_that_fit_the_budget_at_2_tokens_more_each():
+    said = ["Check the logs.", "Run the tests."]
+    each = [compact.text_tokens(x) for x in said]
+    state = compact.CompactState(said=said)
+    assert compact.user_notes(state, [], sum(each) + 4) == f"{compact.SAID_NOTE}\n- Check the logs.\n- Run the tests."
+    assert compact.user_notes(state, [], sum(each) + 3) == f"{compact.SAID_NOTE}\n- Run the tests."
+
+
+def test_user_notes_cut_a_task_over_the_budget_keeping_its_rules_and_the_latest_only_when_not_whole():
+    """A task of 30 lines within the budget stays verbatim; one token over, its first and last 10
+    lines stay with the rules between them, and the cut says the archive holds it whole when there
+    is one. The latest request is cut the same way only when even the last resort does not fit."""
+    task = "\n".join(f"line {k}" if k != 15 else "Never delete the tests." for k in range(30))
+    latest = task.replace("line", "the row")
+    state, budget = compact.CompactState(task=task, latest=latest), compact.text_tokens(task)
+    assert compact.text_tokens(latest) > budget
+    assert compact.user_notes(state, [], budget) == f"{compact.TASK_NOTE}\n```\n{task}\n```\n\n{compact.LATEST_NOTE}\n```\n{latest}\n```"
+    for archived, where in ((True, "the archive holds it whole"), (False, "")):
+        cut, cut_latest = (compact.cut_text(t, budget - 1, where, (10, 10), compact.CONSTRAINT) for t in (task, latest))
+        assert "Never delete the tests." in cut and "line 10\n" not in cut and "line 19\n" not in cut
+        assert compact.user_notes(state, [], budget - 1, archived, whole=False) == (
+            f"{compact.TASK_NOTE}\n```\n{cut}\n```\n\n{compact.LATEST_NOTE}\n```\n{cut_latest}\n```")
+        assert compact.user_notes(state, [], budget - 1, archived) == (
+            f"{compact.TASK_NOTE}\n```\n{cut}\n```\n\n{compact.LATEST_NOTE}\n```\n{latest}\n```")
+
+
+# --- The engine's steps: apply --------------------------------------------------------------------------
+
+
+def test_a_step_is_kept_when_it_frees_at_least_its_frees_tokens_and_what_it_took_is_noted():
+    """Its name, the sizes before and after and the seconds it ran go in the report; a step that
+    freed less is undone, its summary and turns count too."""
+    history = [say("system", "s"), say("user", tokens_exactly(100)), say("assistant", "ok"), say("user", "go")]
+    shorter = [history[0], say("user", "short"), *history[2:]]
+    engine = Compactor()
+    run = engine.start(history, None, 1, None)
+    freed = engine.size(history, run) - engine.size(shorter, run)
+
+    def trim(messages, run):
+        engine.state.summary, engine.state.turns = "made by the step", 7
+        return shorter
+    clock = time.perf_counter()
+    assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed), history, run) is shorter
+    took = time.perf_counter() - clock
+    assert (engine.state.summary, engine.state.turns) == ("made by the step", 7)
+    (name, before, after, seconds), = engine.state.report
+    assert (name, before, after) == ("trim", engine.size(history, run), engine.size(shorter, run)) and 0 <= seconds <= took
+    engine.state.summary, engine.state.turns = "", 0
+    assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed + 1), history, run) is history
+    assert (engine.state.summary, engine.state.turns) == ("", 0) and len(engine.state.report) == 2
+
+
+def test_a_step_run_every_call_that_did_nothing_does_not_hold_the_next_compaction_back():
+    """A step past its share that frees nothing makes the engine wait until the history grows (the
+    floor); one that runs every call (`at` 0) is not a try at compaction, and leaves no floor."""
+    history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok"), say("user", "go")]
+    for at, floor in ((0, False), (0.0001, True)):
+        engine = Compactor(layers=(("reasoning", {"at": at, "until": 0}),))
+        assert engine.compact(history) is history and engine.state.compactions == 0
+        assert bool(engine.state.floor) is floor
+
+
+def test_a_history_exactly_at_the_window_that_nothing_changed_is_not_a_compaction():
+    history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok")]
+    engine = Compactor(layers=("reasoning",))
+    run = engine.start(history, None, 0, None)
+    run.effective = run.size
+    assert engine.finish(history, history, run) is history and engine.state.compactions == 0 and engine.state.log == []
+    run.effective = run.size - 1
+    with pytest.raises(compact.ContextOverflowError):
+        engine.finish(history, history, run)
+
+
+def test_a_compaction_that_fits_exactly_is_counted_with_what_it_saved_and_a_floor_only_past_the_trigger():
+    """The window itself fits; a list as large as before saved 0 tokens; past the trigger the next
+    compaction waits for 5% growth, at the trigger exactly (or under) it does not wait."""
+    history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok")]
+    engine = Compactor(trigger=0.5, layers=("reasoning",))
+    for room, floor in ((1, True), (2, False)):
+        run = engine.start(history, None, 0, None)
+        out = [dict(m) for m in history]  # another list, as large
+        run.effective = room * engine.size(out, run)
+        assert engine.finish(history, out, run) is out and engine.state.tokens_saved == 0
+        assert engine.state.floor == (int(engine.size(out, run) * compact.GROWTH_BEFORE_RETRY) if floor else 0)
+        assert engine.state.log[-1]["after_tokens"] == engine.size(out, run)
+    assert engine.state.compactions == 2
