@@ -9,6 +9,7 @@ import atexit
 import fcntl
 import ipaddress
 import os
+import resource
 import json
 import shutil
 import socket
@@ -41,6 +42,14 @@ MODEL_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "MODEL", "SUMMARY_MODEL"
 HOME = tempfile.mkdtemp(prefix="tiny-agent-tests-home-")
 os.environ["HOME"] = HOME
 atexit.register(shutil.rmtree, HOME, True)
+
+
+def pytest_configure(config) -> None:
+    """Under mutmut a mutant may loop for ever, appending (groups' `while end >= head` did, to 20 GB
+    before its CPU limit): the process running a mutant's tests is held to 4 GB of memory, so such
+    a mutant fails with MemoryError and the machine keeps its memory."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
