@@ -47,7 +47,7 @@ atexit.register(shutil.rmtree, HOME, True)
 def pytest_configure(config) -> None:
     """Under mutmut a mutant may loop for ever, appending (groups' `while end >= head` did, to 20 GB
     before its CPU limit): the process running a mutant's tests is held to 4 GB of memory, so such
-    a mutant fails with MemoryError and the machine keeps its memory."""
+    a mutant stops there (MemoryError, or its CPU limit) and the machine keeps the rest."""
     if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
