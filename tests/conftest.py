@@ -124,6 +124,16 @@ def offline(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
+def call(call_id: str, name: str, **args) -> dict:
+    """One tool call as a server sends it: the one way the tests write a call."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def result(call_id: str, text: str) -> dict:
+    """The result of the call `call_id`."""
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
 def chat_response(content=None, tool_calls=None, model="test-model") -> dict:
     """A chat.completions response body, as an OpenAI-compatible server sends it."""
     message = {"role": "assistant", "content": content}

@@ -22,7 +22,7 @@ import benchmark
 import compact
 from compact import (PRESETS, Compactor, content_text, estimate_tokens, find_constraints, find_problems, mask_old_tool_results,
                      reasoning_text, summarize_extractive)
-from conftest import MODEL_VARIABLES, TRAJECTORIES, cpu_seconds, lesson_command, load_trajectories, offline_env
+from conftest import MODEL_VARIABLES, TRAJECTORIES, call, cpu_seconds, lesson_command, load_trajectories, offline_env
 from test_lessons_first import BENCHMARK_RATIO
 from conversations import generate_conversation, generate_thinking_conversation
 
@@ -314,10 +314,6 @@ def test_recorded_runs_replay_with_no_invalid_list(filename):
 
 
 # --- Issue 13.9: next-step identifiers ------------------------------------------------------------
-
-
-def call(call_id: str, name: str, **arguments) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def test_identifiers_come_from_the_argument_values_never_the_keys():

@@ -15,6 +15,7 @@ from compact import (
     find_constraints, find_problems, heuristic_tokens, mask_old_tool_results, message_tokens, placeholder, repair,
     shorten_arguments, snip_long_outputs, cut_text, text_tokens, summarize_extractive, summary_message,
 )
+from conftest import call, result
 
 # --------------------------------------------------------------------------------------------
 # Small builders for OpenAI-format messages (test_ladder.py imports them too)
@@ -34,14 +35,6 @@ def assistant(text=None, *calls) -> dict:
     if calls:
         message["tool_calls"] = list(calls)
     return message
-
-
-def call(cid, name, **args) -> dict:
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
-def result(cid, text) -> dict:
-    return {"role": "tool", "tool_call_id": cid, "content": text}
 
 
 def tool_turn(cid, name, output, text=None, **args) -> list[dict]:

@@ -14,7 +14,7 @@ import compact
 import tiny_agent
 from compact import (ACK, CompactState, estimate_tokens, replaced_line, find_problems, is_summary, summarize_extractive,
                      summarize_with_model)
-from conftest import DEFAULT_INSTALL, chat_response, sawtooth
+from conftest import DEFAULT_INSTALL, call, chat_response, sawtooth
 from tiny_agent import Config, AgentWorkspace, new_session
 
 SYSTEM = {"role": "system", "content": tiny_agent.SYSTEM_PROMPT}
@@ -23,10 +23,6 @@ MODEL_SUMMARY = "## Goal\n- write the notes\n## Progress\n- MODEL-SUMMARY: sever
 OVERFLOW = {"error": {"message": "This model's maximum context length is 128000 tokens. However, your "
                                  "messages resulted in 130000 tokens.", "type": "invalid_request_error",
                       "param": "messages", "code": "context_length_exceeded"}}
-
-
-def call(call_id: str, name: str, **args) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 def work(steps: int) -> list[dict]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import chat_response
+from conftest import call, chat_response, result
 from test_repl import Script, agent_env, run_agent, server, tool_call, workspace  # noqa: F401
 from test_shell import path_without_bwrap  # noqa: F401
 
@@ -569,12 +569,12 @@ def say(role: str, text: str = "x") -> dict:
     return {"role": role, "content": text}
 
 
-def call(k: int) -> dict:
+def bash_call(k: int) -> dict:
     return {"role": "assistant", "content": "", "tool_calls": [
         {"id": f"c{k}", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
 
 
-def result(k: int) -> dict:
+def bash_result(k: int) -> dict:
     return {"role": "tool", "tool_call_id": f"c{k}", "content": "out"}
 
 
@@ -584,14 +584,14 @@ def test_find_cut_keeps_at_least_one_message_and_steps_back_only_over_tool_resul
     talk = [say("user"), say("assistant"), say("user")]
     assert compact.find_cut(talk, 1, 0) == 2 and compact.find_cut(talk, 0, 0) == 2
     assert compact.find_cut(talk, 2, 0) == 1 and compact.find_cut(talk, 9, 1) == 1
-    calls = [say("user"), say("user"), call(1), result(1), result(1)]
+    calls = [say("user"), say("user"), bash_call(1), bash_result(1), bash_result(1)]
     assert compact.find_cut(calls, 2, 0) == 2 and compact.find_cut(calls, 1, 0) == 2
-    assert compact.find_cut([result(1), result(1)], 1, 0) == 0  # nothing before them: the head
-    assert compact.find_cut([say("system"), result(1), result(1)], 1, 1) == 1
+    assert compact.find_cut([bash_result(1), bash_result(1)], 1, 0) == 0  # nothing before them: the head
+    assert compact.find_cut([say("system"), bash_result(1), bash_result(1)], 1, 1) == 1
 
 
 def test_groups_are_a_call_with_its_results_or_one_message_the_oldest_first():
-    messages = [say("system"), say("user"), call(1), result(1), result(1), say("assistant"), call(2), result(2)]
+    messages = [say("system"), say("user"), bash_call(1), bash_result(1), bash_result(1), say("assistant"), bash_call(2), bash_result(2)]
     assert compact.groups(messages, 1) == [(1, 2), (2, 5), (5, 6), (6, 8)]
     assert compact.groups(messages) == [(0, 1), (1, 2), (2, 5), (5, 6), (6, 8)]
     assert compact.groups(messages, 8) == [] and compact.groups([]) == []
@@ -600,7 +600,7 @@ def test_groups_are_a_call_with_its_results_or_one_message_the_oldest_first():
 def test_find_cut_within_drops_the_oldest_whole_groups_until_the_rest_takes_half_of_max_tokens():
     """Exact sizes: the tail keeps groups while they pass half of `max_tokens`, the newest always;
     no `max_tokens`, no limit; an empty list cuts at `head`."""
-    messages = [say("system"), say("user", "a"), say("assistant", "b " * 300), call(1), result(1)]
+    messages = [say("system"), say("user", "a"), say("assistant", "b " * 300), bash_call(1), bash_result(1)]
     (s1, s2), s3 = map(compact.message_tokens, messages[1:3]), sum(map(compact.message_tokens, messages[3:]))
     assert s1 < s3 < s2
     within = compact.find_cut_within
@@ -977,16 +977,8 @@ def test_a_link_planted_at_the_temporary_name_is_never_written_through(tmp_path,
 # --- The last resort: what it keeps, cuts and gives the summarizer ----------------------------------
 
 
-def named_call(id_: str, name: str, **args) -> dict:
-    return {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
 def calling(*made: dict) -> dict:
     return {"role": "assistant", "content": "", "tool_calls": list(made)}
-
-
-def output(id_: str, text: str) -> dict:
-    return {"role": "tool", "tool_call_id": id_, "content": text}
 
 
 def last_resort_of(history: list[dict], window: int, reserve: int, level: int = 1, focus: str | None = None,
@@ -1008,10 +1000,10 @@ def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_
     shortened; a precise tool's call and result, earlier or not, stay word for word, and the
     summarizer reads only what leaves."""
     history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
-               calling(named_call("q1", "query_db", sql="select " + "x" * 500)), output("q1", tokens_exactly(1_500)),
+               calling(call("q1", "query_db", sql="select " + "x" * 500)), result("q1", tokens_exactly(1_500)),
                {"role": "assistant", "content": "Found the rows."}, {"role": "user", "content": "Now check the logs."},
-               calling(named_call("b1", "bash", command="cat log " + "y" * 500), named_call("b2", "bash", command="ls")),
-               output("b1", tokens_exactly(1_001)), output("b2", tokens_exactly(1_000))]
+               calling(call("b1", "bash", command="cat log " + "y" * 500), call("b2", "bash", command="ls")),
+               result("b1", tokens_exactly(1_001)), result("b2", tokens_exactly(1_000))]
     out, read = last_resort_of(history, 100_000, 20_000, focus="the logs")
     assert read == [["Fix the clock bug.", "Found the rows."]]
     assert out[0] is history[0] and compact.is_summary(out[1]) and len(out) == 8
@@ -1026,8 +1018,8 @@ def test_the_last_resort_cuts_outputs_over_125_tokens_in_a_small_window():
     """SNIP_SHARE of 3,000 tokens of room, divided by 4, is 37: the floor of 125 tokens holds."""
     history = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
                {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Run it."},
-               calling(named_call("b1", "bash", command="make"), named_call("b2", "bash", command="ls")),
-               output("b1", tokens_exactly(126)), output("b2", tokens_exactly(125))]
+               calling(call("b1", "bash", command="make"), call("b2", "bash", command="ls")),
+               result("b1", tokens_exactly(126)), result("b2", tokens_exactly(125))]
     out, _ = last_resort_of(history, 4_000, 1_000)
     assert out[-2]["content"] == compact.cut_text(history[-2]["content"], 125, "what the last resort keeps of one output")
     assert out[-1] is history[-1] and out[-3] is history[4] and out[-4] is history[3] and out[-5] == compact.ACK
@@ -1037,11 +1029,11 @@ def test_the_last_resort_keeps_the_last_message_with_its_call_and_the_latest_req
     """The latest turn is the newest message and what it answers (find_cut with 1), not two; a
     precise group in that turn is kept once, where it stands."""
     base = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Fix the clock bug."},
-            calling(named_call("b1", "bash", command="ls")), output("b1", "clock.py")]
+            calling(call("b1", "bash", command="ls")), result("b1", "clock.py")]
     history = [*base, {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Next."}]
     out, read = last_resort_of(history, 100_000, 20_000)
     assert out[2:] == [compact.ACK, history[-1]] and out[3] is history[-1] and read == [["Fix the clock bug.", "", "clock.py", "Done."]]
-    history = [*base, {"role": "user", "content": "Query it."}, calling(named_call("q1", "query_db", sql="x")), output("q1", "1 row")]
+    history = [*base, {"role": "user", "content": "Query it."}, calling(call("q1", "query_db", sql="x")), result("q1", "1 row")]
     out, _ = last_resort_of(history, 100_000, 20_000)
     assert out[2:] == [compact.ACK, *history[-3:]] and all(a is b for a, b in zip(out[3:], history[-3:]))
 
@@ -1053,7 +1045,7 @@ def test_a_latest_turn_that_alone_does_not_fit_has_its_long_texts_cut_to_their_f
     plan = "\n".join(f"step {k}" for k in range(1_000))
     assert compact.text_tokens(plan) == 3_999
     history = [{"role": "system", "content": "You plan."}, {"role": "user", "content": "Plan it."},
-               calling(named_call("q1", "query_db", sql="x")), output("q1", tokens_exactly(300)),
+               calling(call("q1", "query_db", sql="x")), result("q1", tokens_exactly(300)),
                {"role": "user", "content": "Write the plan. " + tokens_exactly(200)}, {"role": "assistant", "content": plan}]
     out, _ = last_resort_of(history, 4_000, 1_000)
     why = "this message alone would not fit the window"
@@ -1118,9 +1110,9 @@ def test_cut_everything_cuts_each_long_message_to_60_tokens_and_arguments_over_2
     message of 61 tokens is cut, one of 60 is not; an output keeps its first and last 5 lines."""
     lines = "\n".join(f"line {k}" for k in range(100))
     history = [{"role": "system", "content": tokens_exactly(300)}, {"role": "user", "content": tokens_exactly(300)},
-               calling(named_call("q1", "query_db", sql="w" * 400)), output("q1", tokens_exactly(300)),
-               calling(named_call("b1", "bash", command="z" * 300), named_call("b2", "bash", command="y" * 186)),
-               output("b1", lines), output("b2", tokens_exactly(61)), {"role": "assistant", "content": tokens_exactly(60)}]
+               calling(call("q1", "query_db", sql="w" * 400)), result("q1", tokens_exactly(300)),
+               calling(call("b1", "bash", command="z" * 300), call("b2", "bash", command="y" * 186)),
+               result("b1", lines), result("b2", tokens_exactly(61)), {"role": "assistant", "content": tokens_exactly(60)}]
     assert len(history[4]["tool_calls"][1]["function"]["arguments"]) == 201
     out = compact.cut_everything(history, ("query_db",))
     assert all(out[k] is history[k] for k in (0, 1, 2, 3, 7))

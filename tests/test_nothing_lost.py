@@ -6,18 +6,13 @@ the ladder notes every file it reads."""
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 
 import compact
 from compact import CompactState, Compactor, estimate_tokens, message_tokens
 from conftest import sawtooth, compacting_policies
-from conftest import RECORDED, chat_response
-
-
-def call(call_id: str, name: str, **args) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+from conftest import RECORDED, call, chat_response
 
 
 def db_history(n: int = 6) -> list[dict]:

@@ -3,19 +3,14 @@ calls), and one validator: a forced compaction always returns a valid list, orph
 
 from __future__ import annotations
 
-import json
 import re
 
 import compact
-from conftest import sawtooth, compacting_policies
+from conftest import call, sawtooth, compacting_policies
 import pytest
 
 NAMED = [f"src/module_{k}.py" for k in range(45)]  # what the report's text names
 REPORT = "# Survey\n" + "\n".join(f"- {path}: 12 functions" for path in NAMED)
-
-
-def call(call_id: str, name: str, **args) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
 
 
 def surveyed() -> list[dict]:

@@ -5,16 +5,12 @@ policy's."""
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
 
 import compact
 from compact import Compactor, Pass
-
-
-def call(call_id: str, name: str, **args) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+from conftest import call
 
 
 def turn(k: int, output: str, name: str = "bash", **args) -> list[dict]:
