@@ -1636,8 +1636,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = parser("one task to run; without it, a REPL (or the demo with no model)")
     p.add_argument("--strategy", choices=list(STRATEGIES), metavar="NAME",
                    help=f"how to compact: {', '.join(STRATEGIES)} (default: sawtooth)")
-    p.add_argument("--preset", choices=list(STRATEGIES), metavar="NAME",
-                   help="the same as --strategy, by the name a design document gives its preset")
     p.add_argument("--demo", action="store_true", help="run the offline demo model, even if a model is configured")
     p.add_argument("--repl", action="store_true",
                    help="a REPL even with a task (its first question); with --demo: one driven by the demo model")
@@ -1652,11 +1650,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
     p.add_argument("--threshold", type=int, help=f"sawtooth: compact above this many messages (default: {THRESHOLD})")
     p.add_argument("--keep-recent", type=int, help=f"sawtooth: messages kept whole (default: {KEEP_RECENT})")
-    args = p.parse_args(argv)
-    if args.strategy and args.preset and args.strategy != args.preset:
-        p.error(f"--strategy {args.strategy} and --preset {args.preset} name two strategies: give one")
-    args.strategy = args.strategy or args.preset
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

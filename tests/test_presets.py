@@ -183,14 +183,14 @@ def test_the_light_tier_reuses_the_rolling_summary_without_a_model_call_when_tha
 
 
 def test_the_agent_runs_a_preset_from_the_command_line(capsys, monkeypatch, tmp_path):
-    # changed with the redesign: a preset is a strategy name, and `--preset X` is `--strategy X`
+    # a preset is a strategy name: `--strategy echo-agent`; there is no second option for it
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    assert tiny_agent.parse_args(["--preset", "echo-agent"]).strategy == "echo-agent"
-    assert tiny_agent.main(["--preset", "echo-agent", "--max-iterations", "20"]) == 0
+    assert tiny_agent.parse_args(["--strategy", "echo-agent"]).strategy == "echo-agent"
+    assert tiny_agent.main(["--strategy", "echo-agent", "--max-iterations", "20"]) == 0
     out = capsys.readouterr().out
     assert "(echo-agent)." in out and "[compact]" in out
     with pytest.raises(SystemExit) as wrong:
-        tiny_agent.main(["--preset", "nine-layer"])
+        tiny_agent.main(["--strategy", "nine-layer"])
     assert wrong.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "'nine-layer'" in err, err

@@ -445,12 +445,13 @@ def test_repl_with_a_task_asks_it_first_and_goes_on(server, tmp_path, workspace)
                                                                                           "the next question"]
 
 
-def test_strategy_and_preset_that_disagree_are_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(AGENT), "--strategy", "layered", "--preset", "zones", "--demo"],
+def test_a_second_name_for_strategy_is_one_line(tmp_path):
+    """One way to say each thing: --preset is not an option (a preset is a --strategy name)."""
+    done = subprocess.run([sys.executable, str(AGENT), "--preset", "zones", "--demo"],
                           cwd=tmp_path, env=agent_env(), capture_output=True, text=True, timeout=DEADLINE)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        "error: --strategy layered and --preset zones name two strategies: give one (see python tiny_agent.py --help)"]
+        "error: unrecognized arguments: --preset (see python tiny_agent.py --help)"]
 
 
 def test_copy_2s_help_names_no_strategy_it_rejects(tmp_path):
@@ -463,7 +464,7 @@ def test_copy_2s_help_names_no_strategy_it_rejects(tmp_path):
     named = set(re.findall(r"\b(?:sawtooth|none|layered|hybrid|zones|evo-agent|five-layer|smart-eviction|echo-agent|"
                            r"sawtooth-tutorial)\b", shown))
     for name in named:
-        tried = subprocess.run([sys.executable, "tiny_agent.py", "--preset", name, "--demo"], cwd=folder,
+        tried = subprocess.run([sys.executable, "tiny_agent.py", "--strategy", name, "--demo"], cwd=folder,
                                env=agent_env(), capture_output=True, text=True, timeout=DEADLINE)
         assert "invalid choice" not in tried.stderr, (name, tried.stderr)
     assert named == {"none", "sawtooth"}, named
