@@ -601,61 +601,30 @@ def shown(sent) -> str:
     return printable(sent if isinstance(sent, str) else reprlib.repr(sent), 120)
 
 
-# A refusal that no retry can change: it is not sent again.
+# The openai client sends a request again after a timeout, a dropped connection, HTTP 408, 409, 429
+# or 5xx (twice, waiting what Retry-After asks up to 120 s, else 0.5 s and 1 s). What it does not
+# know: llama-server without --jinja answers HTTP 500 to every request with tools, and no retry
+# changes that, so its answer is marked final with the header the client obeys (x-should-retry).
 PERMANENT = re.compile(r"requires --jinja|tools param requires|does not support tools", re.I)
-RETRY_BOUND = 60  # seconds: what a server's Retry-After may ask for in all before the agent gives up
-RETRY_TRIES = 8  # and at most this many tries of one request (a server that asks for 0 s forever)
+RETRIES = 2  # the client's own default (make_client's is 1, for the summarizer)
 
 
-def retried(call: Callable, log=print) -> Callable:
-    """A request that failed for a passing reason (a timeout, a dropped connection, HTTP 429 or 5xx)
-    is sent again after the wait its Retry-After asks, while those waits stay within RETRY_BOUND in
-    all (each shown; Ctrl-C cancels it), as the openai client would; without a Retry-After it is sent
-    once more. A refusal that will not change is not (llama-server --no-jinja answers HTTP 500 to
-    every request with tools)."""
-    import openai
-
-    def with_retries(messages: list[dict], tools: list[dict]) -> dict:
-        waited, tries = 0.0, 1
-        while True:
-            try:
-                return call(messages, tools)
-            except (openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError) as error:
-                wait = asked_wait(error)
-                again = tries < RETRY_TRIES and (wait is not None or tries == 1)
-                if PERMANENT.search(str(error)) or not again or waited + (wait or 0) > RETRY_BOUND:
-                    raise
-                if wait:
-                    log(f"[retry] the server asks to wait {wait:g} s (HTTP {error.status_code}): waiting, "
-                        "Ctrl-C cancels")
-                    time.sleep(wait)
-                waited, tries = waited + (wait or 0), tries + 1
-    return with_retries
-
-
-def asked_wait(error: Exception) -> float | None:
-    """The seconds a server's Retry-After header asks for (a number or an HTTP date); None without one."""
-    from email.utils import parsedate_to_datetime
-    response = getattr(error, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        with contextlib.suppress(TypeError, ValueError):
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    return None
+def final_refusal(response) -> None:
+    """An httpx response hook: a 5xx whose body is a refusal no retry can change is not retried."""
+    if response.status_code >= 500 and PERMANENT.search(response.read().decode("utf-8", "replace")):
+        response.headers["x-should-retry"] = "false"
 
 
 def server_model(config: Config, log=print, reserve: Callable[[], int] | None = None) -> Callable:
     """The model for a real server: the history normalised (outgoing), every reply read whole,
     max_tokens as the budget reserves now (`reserve`: less once a refusal names a smaller window;
     max_completion_tokens from the first time a server asks for it, as OpenAI's reasoning models
-    do), a passing failure sent once more, the seconds while it thinks, and one line when the
-    server's count shows the tools were dropped."""
+    do), a passing failure retried by the client (RETRIES), the seconds while it thinks, and one
+    line when the server's count shows the tools were dropped."""
     import openai
-    client, limit = make_client(config.timeout, max_retries=0), ["max_tokens"]
+    client = make_client(config.timeout, max_retries=RETRIES,
+                         http_client=openai.DefaultHttpxClient(event_hooks={"response": [final_refusal]}))
+    limit = ["max_tokens"]
     reserve = reserve or (lambda: config.reserved_output)
     warned: list[bool] = []  # the dropped-tools line is said once a session
 
@@ -668,11 +637,10 @@ def server_model(config: Config, log=print, reserve: Callable[[], int] | None = 
                 raise
             limit[0] = "max_completion_tokens"
             return ask(messages, tools)
-    model = retried(ask, log)
 
     def call(messages: list[dict], tools: list[dict]) -> dict:
         with waiting():
-            reply = model(messages, tools)
+            reply = ask(messages, tools)
         if tools and not warned and tools_dropped(messages, reply):
             warned.append(True)
             log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=request_tokens(messages, None, SCHEMA_TOKENS)))
@@ -1759,8 +1727,8 @@ def diagnose(error: Exception, config: Config) -> str:
     import openai
     where, root = config.base_url or "api.openai.com", api_root(config.base_url or "api.openai.com")
     if isinstance(error, openai.APITimeoutError):
-        return (f"the server at {where} did not answer in {config.timeout:g} s, twice (REQUEST_TIMEOUT sets "
-                "the wait)")
+        return (f"the server at {where} did not answer in {config.timeout:g} s, {RETRIES + 1} times "
+                "(REQUEST_TIMEOUT sets the wait)")
     if isinstance(error, openai.APIConnectionError):
         return connection_trouble(error, where) or trouble(error, where)
     if isinstance(error, openai.AuthenticationError):
@@ -1774,8 +1742,8 @@ def diagnose(error: Exception, config: Config) -> str:
         return (f"the server at {where} has no chat endpoint there (HTTP 404): OPENAI_BASE_URL usually ends "
                 f"in /v1, for example {root}")
     if isinstance(error, openai.RateLimitError):
-        wait = asked_wait(error)
-        return (f"the server limits requests (HTTP 429{f', it asks to wait {wait:g} s' if wait else ''}): "
+        wait = error.response.headers.get("retry-after")  # the client waits up to 120 s; this was longer, or again
+        return (f"the server limits requests (HTTP 429{f', Retry-After: {printable(wait, 40)}' if wait else ''}): "
                 f"{body_line(error)}; ask again later")
     if isinstance(error, ServerReplyError):
         hint = "" if where.rstrip("/").endswith("/v1") else f"; OPENAI_BASE_URL usually ends in /v1 ({root})"
@@ -1800,8 +1768,8 @@ def connection_trouble(error: Exception, where: str) -> str | None:
         return (f"nothing answers at {where} (connection refused): start the server or fix "
                 f"{setting('OPENAI_BASE_URL')}")
     if any(type(e).__name__ in ("RemoteProtocolError", "ReadError") for e in causes):
-        return (f"the server at {where} dropped the connection before its reply was whole, twice: see the server's "
-                "log (did it crash or restart?), then ask again")
+        return (f"the server at {where} dropped the connection before its reply was whole, {RETRIES + 1} times: see "
+                "the server's log (did it crash or restart?), then ask again")
     return None
 
 

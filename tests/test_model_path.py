@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -399,12 +400,24 @@ def ask_once(monkeypatch, base_url, log, waits, sleep=None):
     return tiny_agent.server_model(config, log=log.append)([{"role": "user", "content": "hi"}], [])
 
 
-def test_retry_after_is_waited_out_visibly_then_the_request_is_sent_again(httpserver, monkeypatch):
+def test_retry_after_is_waited_out_then_the_request_is_sent_again(httpserver, monkeypatch):
     url = scripted_http(httpserver, (429, '{"error": {"message": "slow down"}}', {"Retry-After": "2"}),
                         (200, json.dumps(chat_response("late but here")), {}))
     log, waits = [], []
     assert ask_once(monkeypatch, url, log, waits)["content"] == "late but here"
-    assert waits == [2.0] and log == ["[retry] the server asks to wait 2 s (HTTP 429): waiting, Ctrl-C cancels"]
+    assert waits == [2.0] and len(httpserver.log) == 2
+
+
+def test_a_retry_after_given_as_an_http_date_is_waited_until_that_time(httpserver, monkeypatch):
+    """Retry-After may be a date (RFC 9110): the wait is the seconds until it, not 0 and not the backoff."""
+    from email.utils import formatdate
+    now = 1_800_000_000.0
+    monkeypatch.setattr(time, "time", lambda: now)  # the clock stands still: the wait is exact
+    url = scripted_http(httpserver, (503, "{}", {"Retry-After": formatdate(now + 30, usegmt=True)}),
+                        (200, json.dumps(chat_response("after the date")), {}))
+    log, waits = [], []
+    assert ask_once(monkeypatch, url, log, waits)["content"] == "after the date"
+    assert waits == [30.0]
 
 
 def test_a_retry_after_over_the_bound_is_not_waited_and_the_line_says_how_long(httpserver, monkeypatch, capsys):
@@ -414,25 +427,36 @@ def test_a_retry_after_over_the_bound_is_not_waited_and_the_line_says_how_long(h
         ask_once(monkeypatch, url, log, waits)
     assert waits == [] and len(httpserver.log) == 1
     line = tiny_agent.diagnose(raised.value, tiny_agent.load_config())
-    assert line == "the server limits requests (HTTP 429, it asks to wait 3600 s): quota; ask again later"
+    assert line == "the server limits requests (HTTP 429, Retry-After: 3600): quota; ask again later"
 
 
-def test_waits_are_bounded_in_all_and_tries_are_capped(httpserver, monkeypatch):
-    """Retry-After: 25 three times: two waits (50 s), the third would pass 60 s in all, so the 429
-    goes up as one line; Retry-After: 0 forever stops after RETRY_TRIES requests."""
+def test_a_request_is_sent_at_most_retries_times_more(httpserver, monkeypatch):
+    """Retry-After: 25 each time: two waits, then the 429 goes up as one line; Retry-After: 0 (no
+    wait asked) gets the client's short backoff, and the same cap on tries."""
     slow = (429, '{"error": {"message": "busy"}}', {"Retry-After": "25"})
     url = scripted_http(httpserver, slow, slow, slow, (200, json.dumps(chat_response("never")), {}))
     log, waits = [], []
     with pytest.raises(Exception) as raised:
         ask_once(monkeypatch, url, log, waits)
-    assert waits == [25.0, 25.0] and len(httpserver.log) == 3 and len(log) == 2
+    assert waits == [25.0, 25.0] and len(httpserver.log) == 1 + tiny_agent.RETRIES
     assert tiny_agent.diagnose(raised.value, tiny_agent.load_config()).endswith("busy; ask again later")
     httpserver.clear()
     now = (429, '{"error": {"message": "busy"}}', {"Retry-After": "0"})
-    url = scripted_http(httpserver, *[now] * (tiny_agent.RETRY_TRIES + 1))
+    url = scripted_http(httpserver, *[now] * (tiny_agent.RETRIES + 2))
+    waits = []
     with pytest.raises(Exception):
+        ask_once(monkeypatch, url, [], waits)
+    assert len(httpserver.log) == 1 + tiny_agent.RETRIES and all(0 < w <= 1 for w in waits), waits
+
+
+def test_a_refusal_no_retry_changes_is_sent_once(httpserver, monkeypatch):
+    """llama-server without --jinja answers HTTP 500 to every request with tools: not sent again."""
+    refusal = '{"error": {"code": 500, "message": "tools param requires --jinja flag", "type": "server_error"}}'
+    url = scripted_http(httpserver, (500, refusal, {}), (200, json.dumps(chat_response("no")), {}))
+    with pytest.raises(Exception) as raised:
         ask_once(monkeypatch, url, [], [])
-    assert len(httpserver.log) == tiny_agent.RETRY_TRIES
+    assert len(httpserver.log) == 1
+    assert "restart llama-server with --jinja" in tiny_agent.diagnose(raised.value, tiny_agent.load_config())
 
 
 def test_ctrl_c_cancels_the_wait_and_nothing_more_is_sent(httpserver, monkeypatch):
@@ -447,7 +471,7 @@ def test_ctrl_c_cancels_the_wait_and_nothing_more_is_sent(httpserver, monkeypatc
 
 def test_a_5xx_with_an_html_body_shows_its_first_line_of_text(httpserver, monkeypatch):
     page = "<html><head><title>x</title><style>p {}</style></head><body>\n<h1>502 Bad Gateway</h1><hr>nginx</body></html>"
-    url = scripted_http(httpserver, (502, page, {}), (502, page, {}))
+    url = scripted_http(httpserver, *[(502, page, {})] * (1 + tiny_agent.RETRIES))
     with pytest.raises(Exception) as raised:
         ask_once(monkeypatch, url, [], [])
     assert tiny_agent.diagnose(raised.value, tiny_agent.load_config()) == "the server answered HTTP 502: 502 Bad Gateway"

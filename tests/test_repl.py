@@ -354,7 +354,7 @@ def test_ctrl_c_at_the_prompt_only_gives_a_new_prompt(server, terminal):
 @pytest.mark.parametrize("failure", ["HTTP 500", "server stopped"])
 def test_a_server_error_ends_the_turn_with_one_line_not_the_session(server, terminal, failure):
     broken = (500, {"error": {"message": "boom", "type": "server_error"}})
-    steps = [chat_response("FIRST-ANSWER")] + ([broken, broken] if failure == "HTTP 500" else [])  # 1 retry
+    steps = [chat_response("FIRST-ANSWER")] + ([broken] * 3 if failure == "HTTP 500" else [])  # the client's 2 retries
     script = Script(server, steps + [chat_response("THIRD-ANSWER")])
     t = terminal(script)
     t.ask("first question")

@@ -402,12 +402,12 @@ def test_the_tool_preview_prints_no_raw_newline_or_escape_from_the_models_argume
 
 
 def test_a_turn_that_ends_in_a_server_error_leaves_no_unanswered_question(server, terminal, workspace):
-    script = Script(server, [chat_response("FIRST-ANSWER"), BROKEN, BROKEN, chat_response("SECOND-ANSWER")])
+    script = Script(server, [chat_response("FIRST-ANSWER"), BROKEN, BROKEN, BROKEN, chat_response("SECOND-ANSWER")])
     t = terminal(script)
     assert "agent> FIRST-ANSWER" in t.ask("first question")
-    assert "error: the server answered HTTP 500" in t.ask("second question")  # sent twice: one retry
+    assert "error: the server answered HTTP 500" in t.ask("second question")  # sent three times: the client's retries
     assert "agent> SECOND-ANSWER" in t.ask("second question")  # the user sends it again
-    retry = script.turns[3]
+    retry = script.turns[4]
     assert [(m["role"], m["content"]) for m in messages_of(retry)[1:]] == [
         ("user", "first question"), ("assistant", "FIRST-ANSWER"), ("user", "second question")]
     assert no_two_user_messages_in_a_row(retry)

@@ -319,11 +319,11 @@ def test_a_latest_request_longer_than_its_room_stays_the_last_user_message_cut_a
     assert json.dumps(long)[1:-1] in archived
 
 
-# --- 9. 429: waited out while the server's Retry-After stays within 60 s in all -------------------
+# --- 9. 429: waited out by the openai client, as the server's Retry-After asks -------------------
 
 def test_429_is_waited_out_while_retry_after_stays_within_the_bound(server, tmp_path, workspace):
-    """Retry-After: 1 twice, then the answer: both waits are shown and the answer comes (the bound
-    in all and the cap on tries: tests/test_model_path.py, with the waits recorded, not slept)."""
+    """Retry-After: 1 twice, then the answer comes (the bound on a wait, the cap on tries and a
+    Retry-After given as a date: tests/test_model_path.py, with the waits recorded, not slept)."""
     def limited(times: int):
         sent = []
 
@@ -336,7 +336,7 @@ def test_429_is_waited_out_while_retry_after_stays_within_the_bound(server, tmp_
     base, sent = limited(2)
     done = run_agent(["--workspace", str(workspace), "hello"], agent_env(base), tmp_path / "cwd")
     assert done.returncode == 0 and "[answer] PATIENT" in done.stdout, done.stdout + done.stderr
-    assert done.stdout.count("[retry] the server asks to wait 1 s (HTTP 429)") == 2 and len(sent) == 3
+    assert len(sent) == 3 and "error" not in done.stdout + done.stderr
 
 
 # --- 10. The tests leave nothing outside their temporary folders ---------------------------------
