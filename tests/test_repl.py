@@ -729,7 +729,7 @@ def test_a_new_session_keeps_the_saved_one_the_start_says_so_and_resume_takes_th
 def test_a_one_task_run_that_ends_on_a_server_error_is_saved(server, tmp_path, workspace):
     failing = (500, {"error": {"message": "the server fell over"}})
     script = Script(server, [chat_response(tool_calls=[tool_call("call_1", "bash", command="echo worked")]),
-                             failing, failing])
+                             *[failing] * 3])  # sent three times: the client's two retries
     result = run_agent(["--workspace", str(workspace), "the task"], agent_env(script.base_url), tmp_path / "cwd")
     assert_one_line_error(result, "HTTP 500")
     [saved] = contents(records(workspace)).values()
