@@ -569,7 +569,7 @@ def compaction_record(engine: Compactor, given: list[dict], out: list[dict], aft
     return {"compaction": engine.state.compactions, "policy": engine.policy, "level": run.level,
             "window": engine.budget.context_window, "effective": run.effective, "trigger": engine.trigger,
             "target": engine.target, "before_tokens": run.before, "after_tokens": after, "ratio": run.ratio,
-            "steps": [[name, was, now] for name, was, now, _ in engine.state.report],
+            "steps": [[name, was, now] for name, was, now, _ in engine.state.report if was > now],  # those that helped
             "before": [[block(m), message_tokens(m), fate(m), run.records.get(id(m)), preview(m)] for m in given],
             "after": [[block(m), message_tokens(m), run.made.get(id(m), "kept"),
                        content_text(m) if id(m) in run.made else preview(m)] for m in out]}

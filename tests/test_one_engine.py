@@ -252,3 +252,40 @@ def test_the_cli_compacts_only_through_calls_of_compact_messages_under_every_str
         assert summaries and "[compact]" in done.stdout, strategy  # the run compacted
     for body in summaries:  # every compaction the server sees is the output of one call
         assert {str(m["content"]) for m in body["messages"] if compact.SUMMARY_TAG in str(m.get("content"))} <= made
+
+
+# --- The guard's promises, each its own test ---------------------------------------------------
+
+MIDDLE = [{"role": "user", "content": "Fix the cart total."},
+          {"role": "assistant", "content": None, "tool_calls": [call("c1", "read_file", path="src/cart.py")]},
+          {"role": "tool", "tool_call_id": "c1", "content": "def total(items):\n    return sum(items) + 1"}]
+
+
+def guarded(answer: str, max_tokens: int = 200) -> tuple[str, compact.SummaryGuard]:
+    guard = compact.SummaryGuard(lambda messages, focus=None: answer, compact.summarize_extractive,
+                                 max_tokens=max_tokens)
+    return guard(MIDDLE), guard
+
+
+def test_the_guard_keeps_a_summary_within_its_budget_and_refuses_one_ten_times_over_it():
+    within = "## Progress\n- the cart total adds one too many: " + "src/cart.py " * 10
+    kept, guard = guarded(within)
+    assert within.strip() in kept and guard.state.failures == 0 and not guard.stood_in
+    huge = "## Progress\n" + "- the cart total was read again\n" * 2_000
+    assert compact.text_tokens(huge) >= 10 * 200
+    text, guard = guarded(huge)
+    assert "read again" not in text and guard.state.failures == 1 and "over its 200" in guard.state.last_error
+    assert text == compact.summarize_extractive(MIDDLE)  # the offline summary stood in: no history lost
+
+
+@pytest.mark.parametrize("answer", ["Sorry, I cannot summarize this conversation.", "sorry - the request failed"])
+def test_the_guard_refuses_a_summary_that_opens_with_an_apology(answer):
+    text, guard = guarded(answer)
+    assert "orry" not in text and guard.state.failures == 1 and "error message" in guard.state.last_error
+    engine = compact.Compactor(summarize=lambda messages, focus=None: answer)  # and so the engine's summary
+    history = [{"role": "system", "content": "s"}, *[m for k in range(12) for m in (
+        {"role": "assistant", "content": None, "tool_calls": [call(f"c{k}", "read_file", path=f"src/m{k}.py")]},
+        {"role": "tool", "tool_call_id": f"c{k}", "content": f"def f{k}(): pass\n" * 60})], {"role": "user", "content": "Now."}]
+    out = engine.compact(history, level=1)
+    assert out is not history and not any("orry" in compact.content_text(m) for m in out)
+    assert engine.state.failures == 1
