@@ -89,17 +89,22 @@ def summarize(middle: list[dict]) -> str:
 
 
 def compact_messages(messages: list[dict], summarize=summarize, threshold: int = THRESHOLD,
-                     keep_recent: int = KEEP_RECENT) -> list[dict]:
+                     keep_recent: int = KEEP_RECENT, *, steps=(), due=None, tail=None, keep=None,
+                     message=summary_message, fit=lambda before, after: after) -> list[dict]:
     """Above `threshold` messages: [system prompt, summary of the middle, the last `keep_recent`].
-    An earlier summary is part of the next middle, so the summary rolls forward (lesson 02)."""
-    if len(messages) <= threshold:
-        return messages
+    An earlier summary is part of the next middle, so the summary rolls forward (lesson 02). Part II
+    adds its layers as the keyword arguments (see its engine); each default is the tutorial's."""
+    for step in steps:  # the cheaper steps first, each kept only when it shrank the history
+        messages = step(messages)
+    if len(messages) <= threshold and not (due and due(messages)):  # due past the token trigger too
+        return fit(messages, messages)
     head = 1 if messages and messages[0].get("role") == "system" else 0  # the system prompt stays
     cut = find_cut(messages, keep_recent, head)
-    if cut <= head:
-        return messages  # the whole tail is one call with its results: never split it
-    summary = summarize(messages[head:cut])
-    return [*messages[:head], summary_message(summary), *messages[cut:]]
+    cut = tail(messages, head, cut) if tail else cut  # fewer when those alone are too large
+    middle, kept = keep(messages[head:cut], messages[cut:]) if keep else (messages[head:cut], messages[cut:])
+    if not middle:
+        return fit(messages, messages)  # the whole tail is one call with its results: never split it
+    return fit(messages, [*messages[:head], message(summarize(middle)), *kept])
 
 
 # ============================================================================================
@@ -112,7 +117,6 @@ import functools  # noqa: E402
 import math  # noqa: E402  each part's imports stand at its start, so Part I reads alone
 import re  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
@@ -120,21 +124,28 @@ from pathlib import Path  # noqa: E402
 from typing import Callable, Iterable  # noqa: E402
 
 
-# --- The engine: what the loop calls before every request (lessons 02-04, 13) -----------------
-# Without it: everything below stays unused, and the tutorial's sawtooth meets a real server alone.
-# Compactor.compact measures the history (the server's count first), applies the rules every policy
-# shares, runs the policy's steps cheapest first while they are due, and ends at one archive point.
-# What it calls follows in the order it calls it: what it measures, what it cuts, its steps, how it
-# ends, and the refusals it reads.
+# --- The engine: compact_messages, given what this part adds (lessons 02-04, 13) --------------
+# Without it: the tutorial's sawtooth meets a real server alone: no token trigger, no archive, a
+# summarizer whose failure costs the history, and lists a server refuses.
+# Part I's compact_messages is the engine every strategy runs. A Compactor is its settings and
+# state (a policy: a name, numbers and a list of steps), and its `compact` is one call of it:
+#   steps      the rules every policy shares, then the policy's steps before its summary, each
+#              while due and over its `until`, kept only when it shrank the history (`apply`)
+#   due        past the summary's share of the window (the token trigger), or compacting now,
+#              beside the count of messages (`threshold`: the sawtooth's 30)
+#   tail       the kept tail after find_cut's walk back: fewer when too large (`boundaries`)
+#   keep       the latest request and precise results stay whole; what leaves is archived first
+#   summarize  the guard: the model's summary checked, the offline one when it fails
+#   message    the summary with the user's words, focus, files and archive noted below it
+#   fit        the policy's steps after the summary (the last resort), then `finish`: the list
+#              repaired, what left archived whole, checked to fit, counted
 
 
 @dataclass
 class Compactor:
-    """The one engine (lesson 13): measure the history (the server's count first); cut what is too
-    large alone; while a step is due (past `trigger` of the window, or over `threshold` messages),
-    run the policy's steps cheapest first, each kept only if it shrank the history, until it is
-    under `target`. What leaves is archived whole before the list is returned; the result is always
-    a valid list, and fits, or it raises. A setting left out (None) takes the policy's value."""
+    """The settings and state of the one engine, compact_messages (lesson 13). A setting left out
+    (None) takes the policy's value; one a person gives wins. What leaves is archived whole before
+    the list is returned; the result is always a valid list, and fits, or it raises."""
 
     policy: str = "sawtooth"  # a name of POLICIES: its steps and numbers, for every setting left out
     context_window: int = 128_000  # tokens the model accepts (CONTEXT_WINDOW)
@@ -157,22 +168,7 @@ class Compactor:
     tally: Tally = field(init=False, repr=False, compare=False)  # the history's tokens, summed once
 
     def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
-        for name, value in {**DEFAULTS, **POLICIES[self.policy]}.items():
-            if getattr(self, name) is None:  # the policy fills only what a person left out
-                setattr(self, name, value)
-        unknown = step_names(self.layers) - set(STEPS)
-        if unknown:
-            raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
-        offline = functools.partial(summarize_extractive, least=self.summary_tokens)
-        offline.extractive = True  # a guard calls it directly: it cannot fail like a model
-        summarize = offline if self.summarize is summarize_extractive else self.summarize  # at this policy's size
-        if isinstance(summarize, SummaryGuard):  # a guard given is shared, and so is its record of failures
-            self.guard, self.state = summarize, summarize.state
-        else:
-            self.guard = SummaryGuard(summarize, offline, state=self.state)
-        self.tally = Tally()
+        settle(self)
 
     @property
     def budget(self) -> Budget:
@@ -188,147 +184,262 @@ class Compactor:
 
     def compact(self, messages: list[dict], focus: str | None = None, level: int = 0,
                 usage: tuple[list[dict], int] | None = None) -> list[dict]:
-        """The one call the loop makes before every request: a list that fits, or `messages` itself
-        when nothing needs to change. `level` 0 compacts when due, 1 now, 2 as far as it goes (the
-        server refused what our estimate said fits; past it, it raises). `usage`: the last request
-        sent, with the server's count of it."""
+        """The one call the loop makes before every request: compact_messages with this policy's
+        layers. `level` 0 compacts when due, 1 now, 2 as far as it goes (the server refused what our
+        estimate said fits; past it, it raises). `usage`: the last request sent, with its count."""
         if level > 2 or (level and not self.layers):
             raise cannot(self, messages, usage)
-        run = self.start(messages, focus, level, usage)
-        out = self.rules(messages, run)
-        if self.layers:  # "none" has no steps: the history is sent as it grows, for comparison
-            out = self.run_steps(out, self.layers, run)
-        return self.finish(messages, out, run)
-
-    def start(self, messages: list[dict], focus: str | None, level: int, usage) -> Pass:
-        """This compaction's scratch: only the messages new since the last call are checked and
-        noted; the history is measured as the server counts it, and our estimates scaled to it."""
-        known = self.tally.known(messages)
-        check_messages(messages, known)
-        note_files(self.state, messages[known:])
-        self.state.report = []
-        head = estimate_tokens(messages[:system_head(messages)]) - 3
-        size = request_tokens(messages, usage, self.fixed_tokens, self.tally) - self.fixed_tokens - head - 3
-        run = Pass(focus, level, size=size, before=size, ratio=max(1.0, size / max(1, self.tally(messages))),
-                   known=known, effective=self.budget.effective(messages), given=messages,
-                   too_many=0 < self.threshold < len(messages))
-        run.stuck = size <= self.state.floor and size <= run.effective  # no help last time, no growth since
-        return run
-
-    def rules(self, messages: list[dict], run: Pass) -> list[dict]:
-        """What every policy does at every call, on what came since the last (all when forced): a user
-        message over half the room for messages is cut to it, and with steps an old tool output over
-        TOO_LARGE_SHARE of it (five-layer: one message too large is its own trigger)."""
-        start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
-        look = messages[start:]  # the group of the last message seen before, which may have been unseen
-        room = int(run.effective / run.ratio)  # the texts are measured by our estimate, the window by the server
-        out = cut_request(self, look, room)
-        if self.layers:
-            seen = max((i for i, m in enumerate(out) if m.get("role") == "assistant"), default=-1)
-            keep = {id(m) for i, m in enumerate(out) if m.get("role") != "tool" or i > seen}  # unseen stay whole
-            limit = int(TOO_LARGE_SHARE * self.budget.effective([]) / run.ratio)
-            out = cut_over(out, limit, f"this output alone was ~{{n:,}} tokens, over {TOO_LARGE_SHARE:.0%} of the "
-                                       "window's room for messages, so it was cut once read",
-                           keep | {id(m) for m in precise_messages(out, self.precise_tools)}, to=limit // 4)
-        if out is look:
-            return messages
-        out = run.trace("too large", messages, [*messages[:start], *out])
-        self.state.report.append(("too large", run.size, self.size(out, run), 0.0))
-        run.size = self.size(out, run)
-        return out
-
-    def run_steps(self, messages: list[dict], entries: tuple, run: Pass) -> list[dict]:
-        """The steps in order, cheapest first, each when due (`at`) and while the history is over its
-        `until`. The summary is how the engine compacts now: forced or past the threshold it runs
-        unless one was made already; as far as it goes (level 2) the last resort runs too."""
-        out = messages
-        for step in self.steps(entries):
-            now = run.level or run.too_many  # compact now: the summary runs, unless one was made already
-            needed = (self.over(out, step.until, run) or (step.name == "summary" and now and not run.summarized)
-                      or (step.name == "last resort" and run.level == 2))
-            if needed and self.due(step.at, run):
-                check_precise(self, messages, run)
-                run.tried = run.tried or step.at > 0
-                out = self.apply(step, out, run)
-        return out
+        return compact_messages(messages, **engine_args(self, begin(self, messages, focus, level, usage)))
 
     def steps(self, entries: tuple) -> list[Step]:
-        """Each entry as a Step: its function bound to this engine and its parameters; `at`, `until`
-        and `frees` are the engine's (when it runs, and what keeps its result)."""
-        found = []
-        for entry in entries:
-            name, params = (entry, {}) if isinstance(entry, str) else (entry[0], dict(entry[1]))
-            rule = {k: params.pop(k) for k in ("at", "until", "frees") if k in params}
-            inner = "+".join(e if isinstance(e, str) else e[0] for e in params.get("steps", ()))
-            found.append(Step(f"{name} {inner}" if inner else name, functools.partial(STEPS[name], self, **params),
-                              **{"at": self.trigger, "until": self.target, **rule}))
-        return found
-
-    def due(self, at: float, run: Pass) -> bool:
-        """A step may run when forced, every call (`at` 0), or once the history passed `at` or the threshold,
-        unless the last compaction did not help and the history has not grown since."""
-        return bool(run.level) or at == 0 or (not run.stuck and (run.size > at * run.effective or run.too_many))
-
-    def apply(self, step: Step, messages: list[dict], run: Pass) -> list[dict]:
-        """Run one step, note it in the report, and keep its result only if it freed at least its
-        `frees` tokens; a step that was not kept leaves no summary behind."""
-        clock, kept = time.perf_counter(), (self.state.summary, self.state.turns)
-        new = step.run(messages, run)
-        before, after = self.size(messages, run), self.size(new, run)
-        self.state.report.append((step.name, before, after, time.perf_counter() - clock))
-        if before - after >= step.frees:
-            return run.trace(step.name, messages, new)
-        self.state.summary, self.state.turns = kept
-        return messages
-
-    def finish(self, messages: list[dict], out: list[dict], run: Pass) -> list[dict]:
-        """How every compaction ends: the list repaired, what it no longer holds of `messages` archived
-        whole, then checked to fit and counted. `messages` itself when nothing changed (a forced
-        compaction's list is repaired all the same)."""
-        out = repair(out) if out is not messages or run.level else out
-        if out is messages and (run.size <= run.effective or not self.layers):
-            if run.tried:  # nothing helped: wait until the history grows before trying again
-                self.state.floor = int(run.size * GROWTH_BEFORE_RETRY)
-            return messages
-        self.archived(messages, out, run)
-        after = self.size(out, run)
-        if after > run.effective and self.layers:
-            raise overflow(self, out, after)
-        self.state.compactions += 1
-        self.state.tokens_saved += max(0, run.before - after)
-        self.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > self.trigger * run.effective else 0
-        self.state.log = [*self.state.log, compaction_record(self, messages, out, after, run)][-LOG_KEPT:]
-        return out
-
-    def archived(self, messages: list[dict], kept: list[dict], run: Pass) -> None:
-        """The one archive point: every message of the compaction's input that `kept` does not hold is
-        written whole, once, before it leaves: at the end, and first of all before a summarizer reads
-        what leaves (echo-agent: archive, then summarize; the order cannot be reversed) (lesson 09)."""
-        held = {id(m) for m in kept} | run.records.keys()
-        gone = [m for m in messages if id(m) not in held]
-        first = self.archive.append(gone, self.state.compactions + 1) if self.archive is not None and gone else None
-        run.records.update((id(m), None if first is None else first + k) for k, m in enumerate(gone))
+        return [bound_step(self, entry) for entry in entries]
 
     def size(self, messages: list[dict], run: Pass) -> int:
         """The history's tokens by our estimate, scaled up to the server's count."""
         return round(self.tally(messages) * run.ratio)
 
     def over(self, messages: list[dict], share: float, run: Pass) -> bool:
-        """The history passes `share` of the effective window."""
         return self.size(messages, run) > share * run.effective
 
     def refused(self, error: Exception) -> int | None:
-        """The server's count when `error` is its "too long" refusal (0 when it gave none), else None.
-        A refusal that names a smaller window than `context_window` narrows every later compaction
-        to it (kept in the state, so --resume keeps it), and the user is told once."""
-        if not is_context_overflow(error):
-            return None
-        window = window_said(error)
-        if window and window < (self.state.window or self.context_window):
-            self.state.window = window
-            print(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={self.context_window:,}: "
-                  f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
-        return refused_size(error) or 0
+        return refused_window(self, error)
+
+
+def settle(engine: Compactor) -> None:
+    """Fill what a person left out from the policy, check the steps' names, and give the engine its
+    guard (one given is shared, and so is its record of failures) and its tally."""
+    if engine.policy not in POLICIES:
+        raise ValueError(f"unknown policy {engine.policy!r}; choose one of {', '.join(POLICIES)}")
+    for name, value in {**DEFAULTS, **POLICIES[engine.policy]}.items():
+        if getattr(engine, name) is None:  # the policy fills only what a person left out
+            setattr(engine, name, value)
+    unknown = step_names(engine.layers) - set(STEPS)
+    if unknown:
+        raise ValueError(f"unknown layers {sorted(unknown)}; choose from {', '.join(STEPS)}")
+    offline = functools.partial(summarize_extractive, least=engine.summary_tokens)
+    offline.extractive = True  # a guard calls it directly: it cannot fail like a model
+    summarize = offline if engine.summarize is summarize_extractive else engine.summarize  # at this policy's size
+    if isinstance(summarize, SummaryGuard):
+        engine.guard, engine.state = summarize, summarize.state
+    else:
+        engine.guard = SummaryGuard(summarize, offline, state=engine.state)
+    engine.tally = Tally()
+
+
+def begin(engine: Compactor, messages: list[dict], focus: str | None, level: int, usage) -> Pass:
+    """This compaction's scratch: only the messages new since the last call are checked and
+    noted; the history is measured as the server counts it, and our estimates scaled to it."""
+    known = engine.tally.known(messages)
+    check_messages(messages, known)
+    note_files(engine.state, messages[known:])
+    engine.state.report = []
+    head = estimate_tokens(messages[:system_head(messages)]) - 3
+    size = request_tokens(messages, usage, engine.fixed_tokens, engine.tally) - engine.fixed_tokens - head - 3
+    run = Pass(focus, level, size=size, before=size, ratio=max(1.0, size / max(1, engine.tally(messages))),
+               known=known, effective=engine.budget.effective(messages), given=messages,
+               too_many=0 < engine.threshold < len(messages))
+    run.stuck = size <= engine.state.floor and size <= run.effective  # no help last time, no growth since
+    return run
+
+
+def entry_parts(entry) -> tuple[str, dict, dict]:
+    """A policy's entry as (name, its parameters, the engine's rule for it: `at`, `until`, `frees`)."""
+    name, params = (entry, {}) if isinstance(entry, str) else (entry[0], dict(entry[1]))
+    return name, params, {k: params.pop(k) for k in ("at", "until", "frees") if k in params}
+
+
+def bound_step(engine: Compactor, entry) -> Step:
+    """An entry as a Step: its function bound to the engine and its parameters; when it runs and what
+    keeps its result are the engine's (`at` the trigger, `until` the target by default)."""
+    name, params, rule = entry_parts(entry)
+    inner = "+".join(e if isinstance(e, str) else e[0] for e in params.get("steps", ()))
+    return Step(f"{name} {inner}" if inner else name, functools.partial(STEPS[name], engine, **params),
+                **{"at": engine.trigger, "until": engine.target, **rule})
+
+
+def engine_args(engine: Compactor, run: Pass) -> dict:
+    """compact_messages' arguments for one compaction: the shared rules and the policy's steps before
+    its summary first; the summary's own rule (its `at` and `until`; compacting now) beside the
+    count of messages (none while the last compaction did not help); the steps after it in `fit`."""
+    layers = tuple(engine.layers or ())
+    at = next((i for i, e in enumerate(layers) if entry_parts(e)[0] == "summary"), None)
+    before, after = (layers, ()) if at is None else (layers[:at], layers[at + 1:])
+    first = [functools.partial(shared_rules, engine, run=run)]
+    steps = first + [functools.partial(step_when_due, engine, step, run=run) for step in engine.steps(before)]
+    if at is None:  # "none", or a policy without a summary: its steps alone
+        return dict(steps=steps, threshold=sys.maxsize, fit=functools.partial(fitted, engine, (), run))
+    _, params, rule = entry_parts(layers[at])
+    summary = Step("summary", None, **{"at": engine.trigger, "until": engine.target, **rule})
+    due_now = (lambda listed: run.level and not run.summarized
+               or engine.over(listed, summary.until, run) and due_at(engine, summary.at, run))
+    counted = engine.threshold if engine.threshold and not run.stuck else sys.maxsize
+    return dict(summary_args(engine, run, **params), steps=steps, due=due_now, threshold=counted,
+                fit=functools.partial(fitted, engine, engine.steps(after), run))
+
+
+def summary_args(engine: Compactor, run: Pass, offline: bool = False, tail: Callable | None = None,
+                 keep_recent: int | None = None, **options) -> dict:
+    """compact_messages' summary as the engine makes it: the tail by `tail` (boundaries by default),
+    shrunk to the newest group when compacting now finds no middle; the latest request and precise
+    results kept whole; what the summarizer reads archived first; the guard (`offline`: the
+    extractive summary, no model call: the light tier); the summary framed with the engine's notes."""
+    def tail_start(messages: list[dict], head: int, cut: int) -> int:
+        check_precise(engine, messages, run)
+        run.tried, run.stepped, run.clock = True, messages, time.perf_counter()
+        start = tail(engine, messages)[1] if tail else boundaries(engine, messages, keep)[1]
+        latest = (user_requests(messages) or [None])[-1]
+        if run.level and all(m is latest for m in messages[head:start]):  # "compact now": the newest group alone
+            start = max(head, find_cut(messages, 1, head))
+        return start
+
+    def kept_whole(middle: list[dict], kept: list[dict]) -> tuple[list[dict], list[dict]]:
+        messages = run.stepped
+        head, latest = messages[:system_head(messages)], (user_requests(messages) or [None])[-1]
+        middle = [m for m in middle if m is not latest]
+        if latest is not None and not any(m is latest for m in head + kept):
+            kept = [*cut_over([latest], user_room(engine, messages), "the user's latest request is longer than its "
+                              "room; the archive holds it whole", lines=(REQUEST_LINES, REQUEST_LINES)), *kept]
+        held = precise_messages(middle, engine.precise_tools)  # never summarized: kept after the summary
+        middle = [m for m in middle if not any(m is h for h in held)]
+        if middle and not offline:  # what the summarizer reads is archived before it reads it
+            archived(engine, run.given, head + held + kept, run)
+        run.kept, run.request = head + held + kept, content_text(latest) if latest is not None else None
+        if middle:
+            run.saved = (engine.state.summary, engine.state.turns)
+            carry_user_words(engine.state, messages, run.kept)
+        return middle, [ACK] * bool(held + kept and (held + kept)[0].get("role") == "user") + held + kept
+
+    def guarded(middle: list[dict]) -> str:
+        text = engine.guard.offline(middle, run.focus) if offline else engine.guard(middle, run.focus, run.request,
+                                                                                  **options)
+        stood_in = "" if offline else engine.guard.stood_in  # the header says when the offline summary stood in
+        engine.state.summary = replaced_line(middle, engine.state, stood_in) + "\n" + text
+        engine.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
+        run.summarized = run.summarized or not offline
+        return engine.state.summary
+
+    keep = engine.keep_recent if keep_recent is None else keep_recent
+    return dict(keep_recent=keep, tail=tail_start, keep=kept_whole, summarize=guarded,
+                message=lambda summary: summary_with_notes(engine, run.stepped, run.focus, run.kept))
+
+
+def summary_step(engine: Compactor, messages: list[dict], run: Pass, **params) -> list[dict]:
+    """The summary as a step of its own (the light tier, evo-agent's CompactHistory): a call of
+    compact_messages that is due now."""
+    return compact_messages(messages, threshold=0, **summary_args(engine, run, **params))
+
+
+def shared_rules(engine: Compactor, messages: list[dict], run: Pass) -> list[dict]:
+    """What every policy does at every call, on what came since the last (all when forced): a user
+    message over half the room for messages is cut to it, and with steps an old tool output over
+    TOO_LARGE_SHARE of it (five-layer: one message too large is its own trigger)."""
+    start = 0 if run.level or not run.known else find_cut(messages, len(messages) - run.known + 1, 0)
+    look = messages[start:]  # the group of the last message seen before, which may have been unseen
+    room = int(run.effective / run.ratio)  # the texts are measured by our estimate, the window by the server
+    out = cut_request(engine, look, room)
+    if engine.layers:
+        seen = max((i for i, m in enumerate(out) if m.get("role") == "assistant"), default=-1)
+        keep = {id(m) for i, m in enumerate(out) if m.get("role") != "tool" or i > seen}  # unseen stay whole
+        limit = int(TOO_LARGE_SHARE * engine.budget.effective([]) / run.ratio)
+        out = cut_over(out, limit, f"this output alone was ~{{n:,}} tokens, over {TOO_LARGE_SHARE:.0%} of the "
+                                   "window's room for messages, so it was cut once read",
+                       keep | {id(m) for m in precise_messages(out, engine.precise_tools)}, to=limit // 4)
+    if out is look:
+        return messages
+    out = run.trace("too large", messages, [*messages[:start], *out])
+    engine.state.report.append(("too large", run.size, engine.size(out, run), 0.0))
+    run.size = engine.size(out, run)
+    return out
+
+
+def step_when_due(engine: Compactor, step: Step, messages: list[dict], run: Pass) -> list[dict]:
+    """One step of the policy, when due (`at`) and while the history is over its `until`; as far as it
+    goes (level 2) the last resort runs in any case."""
+    if (engine.over(messages, step.until, run) or step.name == "last resort" and run.level == 2) \
+            and due_at(engine, step.at, run):
+        check_precise(engine, messages, run)
+        run.tried = run.tried or step.at > 0
+        return apply(engine, step, messages, run)
+    return messages
+
+
+def due_at(engine: Compactor, at: float, run: Pass) -> bool:
+    """A step may run when forced, every call (`at` 0), or once the history passed `at` or the threshold,
+    unless the last compaction did not help and the history has not grown since."""
+    return bool(run.level) or at == 0 or (not run.stuck and (run.size > at * run.effective or run.too_many))
+
+
+def apply(engine: Compactor, step: Step, messages: list[dict], run: Pass) -> list[dict]:
+    """Run one step, note it in the report, and keep its result only if it freed at least its
+    `frees` tokens; a step that was not kept leaves no summary behind."""
+    clock, kept = time.perf_counter(), (engine.state.summary, engine.state.turns)
+    return kept_if_freed(engine, step.name, messages, step.run(messages, run), run, clock, kept, step.frees)
+
+
+def kept_if_freed(engine: Compactor, name: str, messages: list[dict], new: list[dict], run: Pass, clock: float,
+                  kept: tuple, frees: int = 1) -> list[dict]:
+    """`new` when it freed at least `frees` tokens of `messages`, noted in the report; else `messages`,
+    and the rolling summary as it was."""
+    before, after = engine.size(messages, run), engine.size(new, run)
+    engine.state.report.append((name, before, after, time.perf_counter() - clock))
+    if before - after >= frees:
+        return run.trace(name, messages, new)
+    engine.state.summary, engine.state.turns = kept
+    return messages
+
+
+def fitted(engine: Compactor, after: list[Step], run: Pass, messages: list[dict], out: list[dict]) -> list[dict]:
+    """How compact_messages ends for the engine: its summary kept when it shrank the history, the
+    policy's steps after the summary (the last resort), and `finish`."""
+    if out is not messages and run.saved is not None:
+        out = kept_if_freed(engine, "summary", messages, out, run, run.clock, run.saved)
+    for step in after:
+        out = step_when_due(engine, step, out, run)
+    return finish(engine, run.given, out, run)
+
+
+def finish(engine: Compactor, messages: list[dict], out: list[dict], run: Pass) -> list[dict]:
+    """How every compaction ends: the list repaired, what it no longer holds of `messages` archived
+    whole, then checked to fit and counted. `messages` itself when nothing changed (a forced
+    compaction's list is repaired all the same)."""
+    out = repair(out) if out is not messages or run.level else out
+    if out is messages and (run.size <= run.effective or not engine.layers):
+        if run.tried:  # nothing helped: wait until the history grows before trying again
+            engine.state.floor = int(run.size * GROWTH_BEFORE_RETRY)
+        return messages
+    archived(engine, messages, out, run)
+    after = engine.size(out, run)
+    if after > run.effective and engine.layers:
+        raise overflow(engine, out, after)
+    engine.state.compactions += 1
+    engine.state.tokens_saved += max(0, run.before - after)
+    engine.state.floor = int(after * GROWTH_BEFORE_RETRY) if after > engine.trigger * run.effective else 0
+    engine.state.log = [*engine.state.log, compaction_record(engine, messages, out, after, run)][-LOG_KEPT:]
+    return out
+
+
+def archived(engine: Compactor, messages: list[dict], kept: list[dict], run: Pass) -> None:
+    """The one archive point: every message of the compaction's input that `kept` does not hold is
+    written whole, once, before it leaves: at the end, and first of all before a summarizer reads
+    what leaves (echo-agent: archive, then summarize; the order cannot be reversed) (lesson 09)."""
+    held = {id(m) for m in kept} | run.records.keys()
+    gone = [m for m in messages if id(m) not in held]
+    first = engine.archive.append(gone, engine.state.compactions + 1) if engine.archive is not None and gone else None
+    run.records.update((id(m), None if first is None else first + k) for k, m in enumerate(gone))
+
+
+def refused_window(engine: Compactor, error: Exception) -> int | None:
+    """The server's count when `error` is its "too long" refusal (0 when it gave none), else None.
+    A refusal that names a smaller window than `context_window` narrows every later compaction
+    to it (kept in the state, so --resume keeps it), and the user is told once."""
+    if not is_context_overflow(error):
+        return None
+    window = window_said(error)
+    if window and window < (engine.state.window or engine.context_window):
+        engine.state.window = window
+        print(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={engine.context_window:,}: "
+              f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
+    return refused_size(error) or 0
 
 
 SUMMARY_TOKENS = 2_400  # an extractive summary may take at least this, in tokens (past it, its oldest details shrink
@@ -383,6 +494,11 @@ class Pass:
     rewrites: dict[int, tuple[str, dict]] = field(default_factory=dict)  # id -> (the step, what it made of it)
     gone: dict[int, str] = field(default_factory=dict)  # id -> the step that took it out of the list
     made: dict[int, str] = field(default_factory=dict)  # id of a message no input held -> the step that made it
+    stepped: list[dict] = field(default_factory=list)  # the list the summary cuts, after the steps before it
+    kept: list[dict] = field(default_factory=list)  # ... and what it keeps: the head, results held, the tail
+    request: str | None = None  # the user's latest request, the summarizer's focus when none was asked for
+    saved: tuple | None = None  # the rolling summary before the summary ran, kept if it does not help
+    clock: float = 0.0  # when the summary started, for the report
 
     def trace(self, name: str, before: list[dict], after: list[dict]) -> list[dict]:
         """Note what step `name` did to each message, for the compaction's record (the page that shows
@@ -453,7 +569,7 @@ def compaction_record(engine: Compactor, given: list[dict], out: list[dict], aft
     return {"compaction": engine.state.compactions, "policy": engine.policy, "level": run.level,
             "window": engine.budget.context_window, "effective": run.effective, "trigger": engine.trigger,
             "target": engine.target, "before_tokens": run.before, "after_tokens": after, "ratio": run.ratio,
-            "steps": [[name, was, now] for name, was, now, _ in engine.state.report],
+            "steps": [[name, was, now] for name, was, now, _ in engine.state.report if was > now],  # those that helped
             "before": [[block(m), message_tokens(m), fate(m), run.records.get(id(m)), preview(m)] for m in given],
             "after": [[block(m), message_tokens(m), run.made.get(id(m), "kept"),
                        content_text(m) if id(m) in run.made else preview(m)] for m in out]}
@@ -893,43 +1009,6 @@ def drop_old_reasoning(messages: list[dict]) -> list[dict]:
 
 # --- The summary step: head, middle and tail (lessons 02, 03, 08, 10) --------------------------
 # Without it: the middle is never summarized; a tail of 6 huge messages leaves no room for a summary.
-
-
-def summarize_middle(engine: Compactor, messages: list[dict], run: Pass, tail: Callable | None = None,
-                     offline: bool = False, **options) -> list[dict]:
-    """The summary step: the middle between head and tail (`tail` finds them, the engine's boundaries
-    by default) becomes one summary, with the user's words carried below it (lesson 10). The latest
-    request stays a message, at the tail's start, cut to the user's room when longer. `offline`: the
-    extractive summary, no model call (the light tier); `options` go to the guard."""
-    head, start = (tail or boundaries)(engine, messages)
-    requests = user_requests(messages)
-    latest = requests[-1] if requests else None
-    middle = [m for m in messages[head:start] if m is not latest]
-    if run.level and not middle:  # "compact now": the tail shrinks to the newest group
-        start = max(head, find_cut(messages, 1, head))
-        middle = [m for m in messages[head:start] if m is not latest]
-    kept = messages[start:]
-    if latest is not None and not any(m is latest for m in messages[:head] + kept):
-        room = user_room(engine, messages)
-        kept = [*cut_over([latest], room, "the user's latest request is longer than its room; the archive "
-                          "holds it whole", lines=(REQUEST_LINES, REQUEST_LINES)), *kept]
-    held = precise_messages(middle, engine.precise_tools)  # never summarized: kept after the summary
-    exact = {id(h) for h in held}
-    middle = [m for m in middle if id(m) not in exact]
-    if not middle:
-        return messages
-    request = content_text(latest) if latest is not None else None
-    if not offline:  # what the summarizer reads is archived before it reads it
-        engine.archived(run.given, messages[:head] + held + kept, run)
-    text = engine.guard.offline(middle, run.focus) if offline else engine.guard(middle, run.focus, request, **options)
-    stood_in = "" if offline else engine.guard.stood_in  # the header says when the offline summary stood in
-    engine.state.summary = replaced_line(middle, engine.state, stood_in) + "\n" + text
-    engine.state.turns += sum(1 for m in middle if m.get("role") == "assistant")
-    run.summarized = run.summarized or not offline
-    kept = held + kept
-    carry_user_words(engine.state, messages, messages[:head] + kept)
-    ack = [ACK] if kept and kept[0].get("role") == "user" else []
-    return [*messages[:head], summary_with_notes(engine, messages, run.focus, messages[:head] + kept), *ack, *kept]
 
 
 def boundaries(engine: Compactor, messages: list[dict], keep_recent: int | None = None) -> tuple[int, int]:
@@ -1720,29 +1799,10 @@ def check_summary(text, max_tokens: int) -> str:
     return text
 
 
-def call_with_timeout(fn: Callable, timeout: float, *args, **kwargs):
-    """Run fn in a daemon thread and stop waiting after `timeout` seconds."""
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as error:  # handed to the caller below
-            box["error"] = error
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError(f"the summarizer did not answer within {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 @dataclass
 class SummaryGuard:
-    """Calls the summarizer so that its failure never costs history: a timeout, a check of the
+    """Calls the summarizer so that its failure never costs history (the model's client has its own
+    timeout, make_client's 60 s, and a timeout is one more failure): a check of the
     answer, the structured offline summary as fallback, the extractive facts backfilled, and a
     breaker that stops calling a summarizer which failed `max_failures` times in a row for the
     next `cooldown` compactions. Its record of failures is the state's, the one every strategy
@@ -1751,7 +1811,6 @@ class SummaryGuard:
     summarize: Callable | None = None  # (messages, focus) -> str; None: the model if configured
     offline: Callable | None = None  # the fallback, and the summarizer when no model is configured;
     # None: summarize_extractive
-    timeout: float = 60.0  # seconds one summarizer call may take
     max_tokens: int = 4_000  # a longer summary is refused
     max_failures: int = 3  # failures in a row that open the breaker
     cooldown: int = 5  # compactions the breaker stays open
@@ -1775,8 +1834,7 @@ class SummaryGuard:
             self.stood_in = "the summary model is paused after failing in a row"
             return offline(messages, focus)
         try:
-            text = check_summary(call_with_timeout(summarize, self.timeout, messages, focus or request),
-                                 self.max_tokens)
+            text = check_summary(summarize(messages, focus or request), self.max_tokens)
         except Exception as error:  # any failure of a summarizer, ours or a user's, must fall back
             self.failed(error)
             return offline(messages, focus)
@@ -1860,7 +1918,7 @@ def summarize_gone(engine: Compactor, gone: list[dict], kept: list[dict], run: P
     (after it, what leaves is summarized extractively below the summary already made)."""
     fresh = [m for m in gone if not is_generated(m)]
     if fresh and not run.summarized:  # one summarizer call at most in a compaction
-        engine.archived(run.given, kept, run)  # what the summarizer reads is archived before it reads it
+        archived(engine, run.given, kept, run)  # what the summarizer reads is archived before it reads it
         text, why = engine.guard(gone, focus=run.focus), engine.guard.stood_in
         engine.state.summary = (replaced_line(gone, engine.state, why) + "\n") * bool(why) + text
         run.summarized = True
@@ -1880,7 +1938,7 @@ def cut_everything(messages: list[dict], precise_tools: tuple = ()) -> list[dict
 
 # The engine's own steps; Part III adds the ladder's. Each takes the engine, the messages and the
 # pass, then its parameters, and returns the messages.
-STEPS: dict[str, Callable] = {"reasoning": reasoning, "summary": summarize_middle, "last resort": last_resort}
+STEPS: dict[str, Callable] = {"reasoning": reasoning, "summary": summary_step, "last resort": last_resort}
 
 
 # --- How the engine ends: a valid list (lesson 08) -------------------------------------------
@@ -2453,7 +2511,7 @@ def evict(engine: Compactor, messages: list[dict], run: Pass, weights: Weights =
 def light(engine: Compactor, messages: list[dict], run: Pass, **summary) -> list[dict]:
     """The light tier: the rolling summary updated from the leaving turns by the extractive
     summarizer, no model call, kept only when it alone reaches the target (lesson 13)."""
-    out = summarize_middle(engine, messages, run, offline=True, **summary)
+    out = summary_step(engine, messages, run, offline=True, **summary)
     return out if not engine.over(out, engine.target, run) else messages
 
 
@@ -2476,7 +2534,7 @@ def compact_history(engine: Compactor, messages: list[dict], run: Pass, chars: i
                for m in messages[system_head(messages):])
     if held <= chars and not run.level:
         return messages
-    return summarize_middle(engine, messages, run, tail=lambda engine, listed: boundaries(engine, listed, keep_recent))
+    return summary_step(engine, messages, run, keep_recent=keep_recent)
 
 
 def lossy(at: float, until: float, *entries) -> tuple:

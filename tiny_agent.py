@@ -487,7 +487,7 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 from dataclasses import asdict, fields, replace  # noqa: E402
 
-from compact import (REASONING_FIELDS, Archive, CompactState, ContextOverflowError,  # noqa: E402
+from compact import (ACK, REASONING_FIELDS, Archive, CompactState, ContextOverflowError,  # noqa: E402
                      check_messages, compaction_stats, content_text, estimate_tokens, is_summary, model_configured,
                      request_tokens, summarize_extractive, system_head, POLICIES, Compactor, pins_text,
                      find_cut, pair_tool_results)
@@ -1033,13 +1033,42 @@ def trigger_meter(compactor: Compactor, messages: list[dict]) -> tuple[int, int,
 
 
 def describe_compaction(strategy: Strategy, before: list[dict], after: list[dict]) -> str:
-    """The rest of the [compact] line: the request's size before and after; the ladder's steps."""
-    counted = "counted by the server, plus new messages" if strategy.usage else "estimated"
+    """The rest of the [compact] line: the request's size before and after (the model's last count
+    when it gave one), each step that removed something, and the rule of compact_messages that
+    fired with what it kept."""
+    counted = "the model's last count, plus new messages" if strategy.usage else "estimated"
     line = (f", request ~{request_tokens(before, strategy.usage, SCHEMA_TOKENS):,} tokens ({counted}) → "
             f"~{request_tokens(after, None, SCHEMA_TOKENS):,} estimated")
     for name, was, now, _ in strategy.compactor.report:
-        line += f"\n          {name:<11} " + (f"{was - now:>+8,} tokens removed" if was > now else "nothing to do")
-    return line
+        line += f"\n          {name:<11} {was - now:>+8,} tokens removed" * (was > now)
+    return line + f"\n          rule: {fired_rule(strategy.compactor, before)}; kept: {kept_parts(after)}"
+
+
+def fired_rule(compactor: Compactor, before: list[dict]) -> str:
+    """Which rule of compact_messages made this compaction: compacting now, more than `threshold`
+    messages, past the trigger's share of the window, or a step that runs below it."""
+    entry = compactor.state.log[-1] if compactor.state.log else {}
+    if entry.get("level"):
+        return "compacted now (asked for, or the server refused the request)"
+    if 0 < compactor.threshold < len(before):
+        return f"more than {compactor.threshold} messages ({len(before)})"
+    if entry.get("before_tokens", 0) > compactor.trigger * entry.get("effective", 0):
+        return f"past {compactor.trigger:.0%} of the window's room for messages"
+    return "below the trigger, by the steps that run before every call"
+
+
+def kept_parts(after: list[dict]) -> str:
+    """What the compacted list holds, in words: the system prompt, the summary and its
+    acknowledgement, and the tail kept as it was (walked back so no call loses its results)."""
+    head, at = system_head(after), next((i for i, m in enumerate(after) if is_summary(m)), None)
+    parts = ["the system prompt"] * head
+    if at is not None:
+        ack = at + 1 < len(after) and after[at + 1] == ACK
+        parts.append("the summary" + " and its acknowledgement" * ack)
+        tail = len(after) - at - 1 - ack
+    else:
+        tail = len(after) - head
+    return ", ".join(parts + [f"the last {tail} message{'s' * (tail != 1)}, walked back to their call"])
 
 
 # --- The loop as the whole agent runs it: refusals, the server's count, Ctrl-C (lesson 03) ---

@@ -21,7 +21,7 @@ What changed since lesson 08: cutting is now reversible; nothing that leaves is 
 Try it: search for a word that was never said; recall "#0"; add a line with `password=hunter2222`
   to a tool output and look for it in the archive.
 Explains compact.py Part II ("How the engine ends: the archive"): Archive, mask_secrets, SECRET_TOKEN,
-  SECRET_VALUE; ("The engine"): Compactor.archived, Compactor(policy="layered", archive=...);
+  SECRET_VALUE; ("The engine"): archived, Compactor(policy="layered", archive=...);
   tiny_agent.py Layer 1 ("bash"): run_tool; Layer 2 ("Tools"): AgentWorkspace(archive=...), recall;
   ("Sessions"): new_session(archive_dir=...).
 Run: python lessons/09_archive_and_recall.py  (add --view page.html: the sawtooth run of part 5 drawn as

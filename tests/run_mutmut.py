@@ -38,8 +38,8 @@ MECHANISMS = [
     "tiny_agent.x_own_secrets_masked",
     # the engine's cut, tail, steps and last resort
     "compact.x_find_cut", "compact.x_groups", "compact.x_find_cut_within", "compact.x_boundaries",
-    "compact.xǁCompactorǁrun_steps", "compact.xǁCompactorǁdue", "compact.xǁCompactorǁapply",
-    "compact.xǁCompactorǁfinish", "compact.xǁCompactorǁarchived", "compact.x_last_resort",
+    "compact.x_step_when_due", "compact.x_due_at", "compact.x_apply", "compact.x_kept_if_freed",
+    "compact.x_finish", "compact.x_archived", "compact.x_last_resort",
     "compact.x_summarize_gone", "compact.x_cut_everything",
     # the user's words; secret masking; the archive; the one cutter
     "compact.x_carry_user_words", "compact.x_user_notes", "compact.x_pins_text", "compact.x_find_constraints",

@@ -774,7 +774,7 @@ def test_a_step_is_due_when_forced_every_call_or_past_its_share_unless_stuck():
     engine = Compactor()
 
     def due(at=0.5, **fields):
-        return engine.due(at, compact.Pass(**{"level": 0, "size": 50, "effective": 100, **fields}))
+        return compact.due_at(engine, at, compact.Pass(**{"level": 0, "size": 50, "effective": 100, **fields}))
     assert due(level=1) and due(level=1, stuck=True) and due(0.0, size=0) and due(0.0, stuck=True)
     assert not due() and due(size=51) and not due(size=51, stuck=True) and not due(1.0, size=51)
     assert due(too_many=True) and not due(too_many=True, stuck=True) and not due(size=0, effective=0)
@@ -788,18 +788,18 @@ def test_what_leaves_is_archived_once_with_the_next_compactions_number_and_its_r
     engine.state.compactions = 2
     a, b, c, d, e = (say("user", t) for t in "abcde")
     run = compact.Pass(records={id(b): 0})
-    engine.archived([a, b, c, d, e], [a, d], run)
+    compact.archived(engine, [a, b, c, d, e], [a, d], run)
     assert archive.records()[1:] == [{"compaction": 3, "message": c}, {"compaction": 3, "message": e}]
     assert run.records == {id(b): 0, id(c): 1, id(e): 2}
-    engine.archived([a, d], [a, d], run)  # nothing leaves: nothing written
+    compact.archived(engine, [a, d], [a, d], run)  # nothing leaves: nothing written
     assert archive.count() == 3
     fresh = Compactor(archive=Archive.in_folder(tmp_path / "other", "s"))
-    fresh.archived([a], [a], compact.Pass())
+    compact.archived(fresh, [a], [a], compact.Pass())
     assert not fresh.archive.path.exists()
     none = Compactor(archive=None)
     run = compact.Pass()
-    none.archived([a, b], [a], run)
-    none.archived([a], [a], run)
+    compact.archived(none, [a, b], [a], run)
+    compact.archived(none, [a], [a], run)
     assert run.records == {id(b): None}
 
 
@@ -991,7 +991,7 @@ def last_resort_of(history: list[dict], window: int, reserve: int, level: int = 
         read.append([compact.content_text(m) for m in messages])
         return summary
     engine = Compactor(context_window=window, reserved_output=reserve, summarize=summarizer, precise_tools=("query_db",))
-    return compact.last_resort(engine, history, engine.start(history, focus, level, None)), read
+    return compact.last_resort(engine, history, compact.begin(engine, history, focus, level, None)), read
 
 
 def test_the_last_resort_keeps_precise_results_whole_and_cuts_the_turns_outputs_to_a_twentieth_of_the_room():
@@ -1189,20 +1189,20 @@ def test_a_step_is_kept_when_it_frees_at_least_its_frees_tokens_and_what_it_took
     history = [say("system", "s"), say("user", tokens_exactly(100)), say("assistant", "ok"), say("user", "go")]
     shorter = [history[0], say("user", "short"), *history[2:]]
     engine = Compactor()
-    run = engine.start(history, None, 1, None)
+    run = compact.begin(engine, history, None, 1, None)
     freed = engine.size(history, run) - engine.size(shorter, run)
 
     def trim(messages, run):
         engine.state.summary, engine.state.turns = "made by the step", 7
         return shorter
     clock = time.perf_counter()
-    assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed), history, run) is shorter
+    assert compact.apply(engine, compact.Step("trim", trim, 0, 0, frees=freed), history, run) is shorter
     took = time.perf_counter() - clock
     assert (engine.state.summary, engine.state.turns) == ("made by the step", 7)
     (name, before, after, seconds), = engine.state.report
     assert (name, before, after) == ("trim", engine.size(history, run), engine.size(shorter, run)) and 0 <= seconds <= took
     engine.state.summary, engine.state.turns = "", 0
-    assert engine.apply(compact.Step("trim", trim, 0, 0, frees=freed + 1), history, run) is history
+    assert compact.apply(engine, compact.Step("trim", trim, 0, 0, frees=freed + 1), history, run) is history
     assert (engine.state.summary, engine.state.turns) == ("", 0) and len(engine.state.report) == 2
 
 
@@ -1219,12 +1219,12 @@ def test_a_step_run_every_call_that_did_nothing_does_not_hold_the_next_compactio
 def test_a_history_exactly_at_the_window_that_nothing_changed_is_not_a_compaction():
     history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok")]
     engine = Compactor(layers=("reasoning",))
-    run = engine.start(history, None, 0, None)
+    run = compact.begin(engine, history, None, 0, None)
     run.effective = run.size
-    assert engine.finish(history, history, run) is history and engine.state.compactions == 0 and engine.state.log == []
+    assert compact.finish(engine, history, history, run) is history and engine.state.compactions == 0 and engine.state.log == []
     run.effective = run.size - 1
     with pytest.raises(compact.ContextOverflowError):
-        engine.finish(history, history, run)
+        compact.finish(engine, history, history, run)
 
 
 def test_a_compaction_that_fits_exactly_is_counted_with_what_it_saved_and_a_floor_only_past_the_trigger():
@@ -1233,10 +1233,10 @@ def test_a_compaction_that_fits_exactly_is_counted_with_what_it_saved_and_a_floo
     history = [say("system", "s"), say("user", "Fix the clock bug."), say("assistant", "ok")]
     engine = Compactor(trigger=0.5, layers=("reasoning",))
     for room, floor in ((1, True), (2, False)):
-        run = engine.start(history, None, 0, None)
+        run = compact.begin(engine, history, None, 0, None)
         out = [dict(m) for m in history]  # another list, as large
         run.effective = room * engine.size(out, run)
-        assert engine.finish(history, out, run) is out and engine.state.tokens_saved == 0
+        assert compact.finish(engine, history, out, run) is out and engine.state.tokens_saved == 0
         assert engine.state.floor == (int(engine.size(out, run) * compact.GROWTH_BEFORE_RETRY) if floor else 0)
         assert engine.state.log[-1]["after_tokens"] == engine.size(out, run)
     assert engine.state.compactions == 2

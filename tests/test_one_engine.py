@@ -197,3 +197,95 @@ def test_the_default_sawtooth_keeps_the_recent_files_and_the_latest_request_as_t
         assert "Recently used files (reopen them if you need their content): Makefile, REPORT.md, src/app.py" in summary
         assert {"role": "user", "content": "Now list what changed."} in out, policy  # verbatim, as a message
         assert compact.find_problems(out) == []
+
+
+# --- compact_messages is the engine: from outside, under every strategy ------------------------
+
+SPY = """import atexit, json, runpy, sys
+root, report, sys.argv = sys.argv[1], sys.argv[2], sys.argv[3:]  # then tiny_agent.py's own command line
+sys.path.insert(0, root)
+import compact
+real, calls, depth = compact.compact_messages, [], [0]
+def spy(messages, *args, **kwargs):
+    depth[0] += 1
+    try:
+        out = real(messages, *args, **kwargs)
+    finally:
+        depth[0] -= 1
+    if depth[0] == 0:  # a call of the loop's, not the light tier's own inside one
+        calls.append({"given": len(messages), "out": [[m["role"], str(m.get("content"))] for m in out]})
+    return out
+compact.compact_messages = spy  # before tiny_agent.py is imported
+atexit.register(lambda: open(report, "w").write(json.dumps(calls)))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+READS = 45  # requests the scripted server answers with a tool call before its answer
+
+
+@pytest.mark.parametrize("strategy", compact.POLICIES)
+def test_the_cli_compacts_only_through_calls_of_compact_messages_under_every_strategy(strategy, fake_openai, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from conftest import ROOT, chat_response
+    (tmp_path / "notes.txt").write_text("".join(f"line {n}: the cart total is off by {n} cents\n" for n in range(150)))
+    def reply(body: dict) -> tuple[int, dict]:
+        if "tools" not in body:  # the summary model, on the same server
+            return 200, chat_response("## Progress\n- read notes.txt several times")
+        n = sum("tools" in b for b in server.requests)
+        return 200, chat_response("done" if n > READS else None,
+                                  None if n > READS else [(f"c{n}", "read_file", {"path": "notes.txt"})])
+    server = fake_openai(reply)
+    env = {**__import__("os").environ, "CONTEXT_WINDOW": "16000", "PYTHONPATH": ""}
+    report = tmp_path / "calls.json"
+    done = subprocess.run([sys.executable, "-c", SPY, str(ROOT), str(report), str(ROOT / "tiny_agent.py"),
+                           "--strategy", strategy, "--max-iterations", str(READS + 5), "Read notes.txt again and again."],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    calls, requests = json.loads(report.read_text()), [b for b in server.requests if "tools" in b]
+    assert len(requests) == READS + 1 and len(calls) == len(requests), strategy  # one call before every request
+    for body, made in zip(requests, calls):  # and the request is what it returned
+        assert [m["role"] for m in body["messages"]] == [role for role, _ in made["out"]], strategy
+    summaries = [b for b in requests if any(compact.SUMMARY_TAG in str(m.get("content")) for m in b["messages"])]
+    made = {text for c in calls for role, text in c["out"] if compact.SUMMARY_TAG in text}
+    if strategy != "none":
+        assert summaries and "[compact]" in done.stdout, strategy  # the run compacted
+    for body in summaries:  # every compaction the server sees is the output of one call
+        assert {str(m["content"]) for m in body["messages"] if compact.SUMMARY_TAG in str(m.get("content"))} <= made
+
+
+# --- The guard's promises, each its own test ---------------------------------------------------
+
+MIDDLE = [{"role": "user", "content": "Fix the cart total."},
+          {"role": "assistant", "content": None, "tool_calls": [call("c1", "read_file", path="src/cart.py")]},
+          {"role": "tool", "tool_call_id": "c1", "content": "def total(items):\n    return sum(items) + 1"}]
+
+
+def guarded(answer: str, max_tokens: int = 200) -> tuple[str, compact.SummaryGuard]:
+    guard = compact.SummaryGuard(lambda messages, focus=None: answer, compact.summarize_extractive,
+                                 max_tokens=max_tokens)
+    return guard(MIDDLE), guard
+
+
+def test_the_guard_keeps_a_summary_within_its_budget_and_refuses_one_ten_times_over_it():
+    within = "## Progress\n- the cart total adds one too many: " + "src/cart.py " * 10
+    kept, guard = guarded(within)
+    assert within.strip() in kept and guard.state.failures == 0 and not guard.stood_in
+    huge = "## Progress\n" + "- the cart total was read again\n" * 2_000
+    assert compact.text_tokens(huge) >= 10 * 200
+    text, guard = guarded(huge)
+    assert "read again" not in text and guard.state.failures == 1 and "over its 200" in guard.state.last_error
+    assert text == compact.summarize_extractive(MIDDLE)  # the offline summary stood in: no history lost
+
+
+@pytest.mark.parametrize("answer", ["Sorry, I cannot summarize this conversation.", "sorry - the request failed"])
+def test_the_guard_refuses_a_summary_that_opens_with_an_apology(answer):
+    text, guard = guarded(answer)
+    assert "orry" not in text and guard.state.failures == 1 and "error message" in guard.state.last_error
+    engine = compact.Compactor(summarize=lambda messages, focus=None: answer)  # and so the engine's summary
+    history = [{"role": "system", "content": "s"}, *[m for k in range(12) for m in (
+        {"role": "assistant", "content": None, "tool_calls": [call(f"c{k}", "read_file", path=f"src/m{k}.py")]},
+        {"role": "tool", "tool_call_id": f"c{k}", "content": f"def f{k}(): pass\n" * 60})], {"role": "user", "content": "Now."}]
+    out = engine.compact(history, level=1)
+    assert out is not history and not any("orry" in compact.content_text(m) for m in out)
+    assert engine.state.failures == 1

@@ -196,19 +196,19 @@ def test_the_engine_scales_estimates_only_through_request_tokens(monkeypatch):
 
 def test_the_archive_is_written_only_through_the_one_archive_point(monkeypatch, tmp_path):
     inside, outside = [], []
-    real_point, real_append = Compactor.archived, compact.Archive.append
+    real_point, real_append = compact.archived, compact.Archive.append
 
-    def point(self, *args):
+    def point(*args):
         inside.append(True)
         try:
-            return real_point(self, *args)
+            return real_point(*args)
         finally:
             inside.pop()
 
     def append(self, messages, compaction):
         outside.append(not inside)
         return real_append(self, messages, compaction)
-    monkeypatch.setattr(Compactor, "archived", point)
+    monkeypatch.setattr(compact, "archived", point)
     monkeypatch.setattr(compact.Archive, "append", append)
     for policy in ("sawtooth", "layered", "zones", "evo-agent", "five-layer", "smart-eviction"):
         archive = compact.Archive(tmp_path / f"{policy}.jsonl")
