@@ -186,7 +186,7 @@ def options(flags: str = "", valued: str = "", long: str = "", single: str = "",
         return "(?:" + "|".join(map(re.escape, sorted(chosen, key=len, reverse=True))) + ")" if chosen else "(?!)"
     glued = rf"=(?:{PLAIN}|{QUOTED})*"  # --x=v, --x='v'
     short = rf"-[{flags}]*[{valued}](?:(?:{PLAIN}|{QUOTED})+|[ \t]+{WORD})" if valued else "(?!)"
-    alternatives = [short, rf"-[{flags}]+" if flags else "(?!)", rf"-\d+" if numbers else "(?!)",
+    alternatives = [short, rf"-[{flags}]+" if flags else "(?!)", r"-\d+" if numbers else "(?!)",
                     rf"--{names(long, False)}", rf"--{names(long, True)}(?:{glued}|[ \t]+{WORD})",
                     rf"'--{names(long, True)}=[^'\n]*'|\"--{names(long, True)}=[^\"$`\\\n]*\"",
                     rf"-{names(single, False)}", rf"-{names(single, True)}[ \t]+{WORD}"]

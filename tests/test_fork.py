@@ -262,8 +262,9 @@ def test_the_readme_states_the_size_of_each_copy_and_where_each_part_starts():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for layer in (1, 2):
         lines = sum(upto(name, layer).count("\n") for name in BANNERS) + ENTRY[layer].count("\n")
-        assert layer != 1 or lines <= 580, (f"copy 1 is {lines} lines: issue 36 held it to 560; issue 37's sanitizer "
-                                              "adds 3 and its masking of the agent's own secrets in every tool output 13")
+        assert layer != 1 or lines <= 690, (f"copy 1 is {lines} lines: issue 36 held it to 560; issue 37's sanitizer "
+                                              "adds 3 and its masking of the agent's own secrets in every tool output 13; "
+                                              "the allowlist of options per program and the settings file 100")
         stated = re.search(rf"copy {layer}[^\n]*\| ([\d,]+) lines \|", readme)
         assert stated and int(stated[1].replace(",", "")) == lines, f"README: copy {layer} is {lines} lines"
     for name, (second, third) in BANNERS.items():
