@@ -173,12 +173,76 @@ QUOTED = r"""'[^'\n]*'|"[^"$`\\\n]*\""""  # single quotes; double quotes with no
 WORD = rf"(?:{PLAIN}+|{QUOTED})"
 OPERAND = r"""(?:[\w.,:=+%@/]""" + PLAIN + r"""*|'[^'\n-][^'\n]*'|"[^"$`\\\n-][^"$`\\\n]*")"""  # not an option
 END = r"(?![^ \t|&])"  # the end of a word
-READ_ONLY = {  # program -> the words it may have: the options that write or run a program left out
-    **dict.fromkeys("cat head tail wc grep ls pwd echo true false stat du which cut tr diff basename dirname "
-                    "realpath".split(), rf"(?:[ \t]+{WORD})*"),
-    **{name: rf"(?:[ \t]+(?:(?!{refused})-{PLAIN}*|{OPERAND}))*" for name, refused in  # options plain, quoted
-       [("find", "-(?:delete|exec|ok|fprint|fls)"), ("sort", r"-[^- \t|&]*[oT]|--[oct]")]},  # words not "-…"
-    "uniq": rf"(?:[ \t]+(?!--?{END})-{PLAIN}*)*(?:[ \t]+{OPERAND}(?:[ \t]+(?!--?{END})-{PLAIN}*)*)?",  # one file
+
+
+def options(flags: str = "", valued: str = "", long: str = "", single: str = "", numbers: bool = False,
+            operands: bool = True) -> str:
+    """The words a read-only program may have, as a pattern: its operands (`-` and `--` too) unless
+    not `operands`, and only the options listed (an allowlist: any other option is asked). `flags`
+    are letters that may be bundled (-la), `valued` letters that take a value (-n5, -n 5); `long` and `single` (find's -name) are names
+    of options, a name ending in = takes a value (--lines=5, --lines 5, '--include=*.py')."""
+    def names(given: str, value: bool) -> str:
+        chosen = [n.rstrip("=") for n in given.split() if n.endswith("=") == value]
+        return "(?:" + "|".join(map(re.escape, sorted(chosen, key=len, reverse=True))) + ")" if chosen else "(?!)"
+    glued = rf"=(?:{PLAIN}|{QUOTED})*"  # --x=v, --x='v'
+    short = rf"-[{flags}]*[{valued}](?:(?:{PLAIN}|{QUOTED})+|[ \t]+{WORD})" if valued else "(?!)"
+    alternatives = [short, rf"-[{flags}]+" if flags else "(?!)", r"-\d+" if numbers else "(?!)",
+                    rf"--{names(long, False)}", rf"--{names(long, True)}(?:{glued}|[ \t]+{WORD})",
+                    rf"'--{names(long, True)}=[^'\n]*'|\"--{names(long, True)}=[^\"$`\\\n]*\"",
+                    rf"-{names(single, False)}", rf"-{names(single, True)}[ \t]+{WORD}"]
+    words = "|".join(alternatives + ["--?"] * operands)
+    return rf"(?:[ \t]+(?:(?:{words}){END}" + (f"|{OPERAND}))*" if operands else "))*")
+
+
+# program -> the words it may have: an allowlist of options per program, as Codex's known-safe
+# commands keep one. Left out, so asked: what writes (sort -o, find -fprint), runs a program (find
+# -exec, sort --compress-program), reads a list of files whose names no check sees (--files0-from),
+# or follows its input forever (tail -f). An option naming a file is a word like any other, and a
+# word naming a path outside the workspace is asked (OUTSIDE): grep -f, diff --from-file, find -newer.
+GREP = ("ignore-case invert-match line-number count files-with-matches files-without-match "
+        "only-matching word-regexp line-regexp recursive extended-regexp fixed-strings basic-regexp "
+        "perl-regexp no-filename with-filename no-messages quiet silent text null null-data "
+        "byte-offset initial-tab ignore-binary after-context= before-context= context= max-count= "
+        "regexp= file= include= exclude= exclude-dir= exclude-from= color= colour= label=")
+OPTIONS = {  # program -> its options: (flags, valued letters, long names, single-dash names, -NUMBER)
+    "pwd": ("LP",),
+    "cat": ("AbeEnstTuv", "", "show-all number-nonblank show-ends number squeeze-blank show-tabs "
+            "show-nonprinting"),
+    "head": ("qvz", "nc", "lines= bytes= quiet silent verbose zero-terminated", "", True),
+    "tail": ("qvz", "nc", "lines= bytes= quiet silent verbose zero-terminated", "", True),
+    "wc": ("clmwL", "", "bytes chars lines words max-line-length"),
+    "grep": ("ivnclLowxrEFGPhHsqaZzbTI", "ABCmef", GREP),
+    "ls": ("aAlhRtrS1dFiSsUXvcugGnopQNk", "", "all almost-all human-readable recursive reverse "
+            "directory classify inode size sort= time= format= color= indicator-style= width="),
+    "stat": ("Lt", "c", "dereference terse format= printf="),
+    "du": ("sahcbkmLxl", "dB", "summarize all human-readable total bytes apparent-size dereference "
+            "one-file-system count-links max-depth= block-size= exclude= time="),
+    "which": ("a",),
+    "cut": ("sz", "bcfd", "complement only-delimited zero-terminated bytes= characters= fields= "
+            "delimiter= output-delimiter="),
+    "tr": ("cCdst", "", "complement delete squeeze-repeats truncate-set1"),
+    "diff": ("qsuyiwbBEZTtaNrpc", "UCxX", "brief report-identical-files unified= context= side-by-side "
+            "ignore-case ignore-all-space ignore-space-change ignore-blank-lines text new-file recursive "
+            "exclude= exclude-from= from-file= to-file= normal color= label=", "", True),
+    "basename": ("az", "s", "multiple zero suffix="),
+    "dirname": ("z", "", "zero"),
+    "realpath": ("emLPqsz", "", "canonicalize-existing canonicalize-missing logical physical quiet "
+            "strip no-symlinks zero relative-to= relative-base="),
+    "find": ("", "", "", "print print0 empty not a o and or true false depth ls prune quit readable "
+            "writable executable nouser nogroup xdev mount name= iname= path= ipath= wholename= "
+            "iwholename= regex= iregex= type= xtype= maxdepth= mindepth= size= mtime= mmin= atime= "
+            "amin= ctime= cmin= newer= perm= user= group= uid= gid= links= inum= samefile= printf= "
+            "regextype="),
+    "sort": ("bdfgiMhnRrVsuzc", "ktS", "ignore-leading-blanks dictionary-order ignore-case "
+            "general-numeric-sort ignore-nonprinting month-sort human-numeric-sort numeric-sort random-sort "
+            "reverse version-sort stable unique zero-terminated check key= field-separator= buffer-size="),
+    "uniq": ("cdDuiz", "fsw", "count repeated unique ignore-case zero-terminated skip-fields= skip-chars= check-chars="),
+}
+UNIQ = options(*OPTIONS["uniq"], operands=False)  # uniq's options alone: its words around its one file
+READ_ONLY = {  # program -> the words it may have
+    **dict.fromkeys("echo true false".split(), rf"(?:[ \t]+{WORD})*"),  # they read no file
+    **{name: options(*spec) for name, spec in OPTIONS.items()},
+    "uniq": UNIQ + rf"(?:[ \t]+{OPERAND}{UNIQ})?",  # one file: a second one is where it writes
     "sed": rf"[ \t]+-n[ \t]+(?:\d+(?:,\d+)?p|'(?:\d+|\$)(?:,(?:\d+|\$))?p'){END}(?:[ \t]+{OPERAND})*",
 }
 PART = "(?:" + "|".join(rf"{name}{END}{words}" for name, words in READ_ONLY.items()) + ")"
@@ -216,7 +280,7 @@ def bash(ws: Workspace, command: str) -> str:
     """Run a shell command in the workspace: asked first unless it is known to be harmless, no
     terminal input, an environment built from nothing, its output bounded as it is read, and every
     process it started stopped when it returns or at the timeout."""
-    why = needs_asking(command)
+    why = needs_asking(command) or names_own_settings(ws, command)
     if why and command not in ws.allowed:
         answer = ws.approve(question(command, why))
         if answer not in ("y", "a"):
@@ -235,6 +299,23 @@ def bash(ws: Workspace, command: str) -> str:
     if code is None:
         raise ToolError(f"the command ran longer than {ws.timeout:g} s and was stopped")
     return cap(f"exit code {code}\n".encode() + head, tail, dropped)
+
+
+def own_settings_inside(ws: Workspace) -> Path | None:
+    """The agent's own settings file when it lies inside the workspace (the agent run on its own
+    folder): a file no tool reads and no command is let see unasked."""
+    own = settings_file().resolve()
+    return own if ws.root.resolve() in own.parents and own.exists() else None
+
+
+def names_own_settings(ws: Workspace, command: str) -> str | None:
+    """Why a command that names the agent's own settings file (`cat .env`, run on its own folder) is
+    asked: its key is in it. A command that reads it without naming it (grep -r) is not caught here:
+    the sandbox hides the file (README: "What an unconfined command still reaches")."""
+    own = own_settings_inside(ws)
+    if own and re.search(rf"(?<![\w-]){re.escape(own.name)}(?![\w.-])", command):
+        return f"it names {own.name}, the agent's own settings, which hold its key"
+    return None
 
 
 def command_env(ws: Workspace) -> dict[str, str]:
@@ -396,20 +477,39 @@ class ConfigError(Exception):
 
 
 HERE = Path(__file__).resolve().parent
+# The settings are the user's, never the workspace's: the environment first, then the file --env-file
+# names (or this variable, so a test run or a wrapper names one once), else the .env beside this file,
+# where python-dotenv itself starts looking. A workspace's .env is a file of the project like any other.
+ENV_FILE = "TINY_AGENT_ENV_FILE"
+NAMED: list[str] = []  # the settings file --env-file named, once it is read
 
 
-def env_file() -> Path | None:
-    """The .env to read: the current folder's, else the one beside the agent."""
-    return next((p for p in (Path.cwd() / ".env", HERE / ".env") if p.is_file()), None)
+def env_file(named: str | None = None) -> Path | None:
+    """The settings file to read: `named` (--env-file), else $TINY_AGENT_ENV_FILE, else the .env beside
+    this file when there is one; None for none (os.devnull names none). A file named that is missing
+    is one line."""
+    found = settings_file(named)
+    if str(found) == os.devnull or not (found.is_file() or named or os.environ.get(ENV_FILE)):
+        return None
+    if not found.is_file():
+        raise ConfigError(f"--env-file {clean(found)}: no such file")
+    return found
+
+
+def settings_file(named: str | None = None) -> Path:
+    """Where the settings are read from, for a line that says where to put one ("set CONTEXT_WINDOW
+    in ..."): the file named (--env-file, then $TINY_AGENT_ENV_FILE), or the .env beside this file
+    (read once it is written)."""
+    return Path(named or next(iter(NAMED), None) or os.environ.get(ENV_FILE) or HERE / ".env")
 
 
 def load_env(found: Path | None) -> Path | None:
-    """Load `found` (the .env env_file named) with python-dotenv, as the README's set-up says."""
+    """Load `found` (the file env_file named) with python-dotenv; never over the environment."""
     from dotenv import load_dotenv
     try:
         found and load_dotenv(found, encoding="utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{found} is not UTF-8 text; save it as UTF-8") from None
+        raise ConfigError(f"{clean(found)} is not UTF-8 text; save it as UTF-8") from None
     return found
 
 
@@ -445,6 +545,8 @@ def parser(task: str) -> Parser:
     """The command line: the task, which `task` describes; Layer 2 adds its options."""
     p = Parser(description="A tiny agent whose context is compacted on every iteration.")
     p.add_argument("task", nargs="?", help=task)
+    p.add_argument("--env-file", metavar="PATH", help=f"the settings file (default: ${ENV_FILE}, else the .env "
+                   "beside tiny_agent.py; never the workspace's)")
     return p
 
 
@@ -453,10 +555,12 @@ def one_task(argv: list[str] | None = None) -> int:
     the environment) names. A fork of Layer 1 ends with `sys.exit(one_task())`; the whole agent
     starts at `main` (Layer 2). Whatever the server does ends in one line."""
     import openai
-    task = parser("the task (default: say what the files in this folder are for)").parse_args(argv).task
+    args = parser("the task (default: say what the files in this folder are for)").parse_args(argv)
+    task = args.task
     try:
-        if read := load_env(env_file()):
-            print(f"[settings] read {read}")
+        NAMED[:] = [args.env_file] if args.env_file else []
+        if read := load_env(env_file(args.env_file)):
+            print(f"[settings] read {clean(read)}")
         session = Session([{"role": "system", "content": SYSTEM_PROMPT}], tutorial_compaction())
         model = openai_model(make_client(), os.environ.get("MODEL") or "gpt-4o-mini")
         answer = run(session, task or "Say what the files in this folder are for.", model, Workspace(Path(".")))
@@ -480,6 +584,7 @@ import functools  # noqa: E402
 import hashlib  # noqa: E402
 import html  # noqa: E402
 import importlib  # noqa: E402
+import math  # noqa: E402
 import reprlib  # noqa: E402
 import shutil  # noqa: E402
 import stat  # noqa: E402
@@ -738,6 +843,8 @@ class AgentWorkspace(Workspace):
                 box += ["--symlink", os.readlink(folder), folder] if os.path.islink(folder) else ["--ro-bind", folder, folder]
             workspace = ["--bind" if writable else "--ro-bind", str(root), str(root)]
             workspace += ["--ro-bind", "/dev/null" if made else str(env), str(env)] if writable else []
+            own = own_settings_inside(self)
+            workspace += ["--ro-bind", "/dev/null", str(own)] if own else []  # the agent's own settings: empty
             hidden = ["--tmpfs", str(records)] if records.exists() or root in records.parents else []
             if hidden:
                 private_folder(records)
@@ -769,6 +876,8 @@ def tool_path(ws: Workspace, relative: str, writing: bool = False) -> list[str]:
     target, records = ws.root.resolve().joinpath(*parts), records_root().resolve()
     if records == target or records in target.parents:
         raise ToolError(f"path {relative!r} {RECORDS}")
+    if target == own_settings_inside(ws):
+        raise ToolError(f"path {relative!r} is the agent's own settings file, which holds its key: no tool touches it")
     if writing and (parts[-1] == ".env" or ".git" in parts):
         raise ToolError(f"path {relative!r} is the user's settings (.env, .git): only the user changes them")
     return parts
@@ -1216,41 +1325,57 @@ def whole_number(env: dict, name: str, default: int, least: int) -> int:
 
 
 def check_base_url(url: str) -> None:
-    """A URL the client can use: http(s), a host, a numeric port."""
-    from urllib.parse import urlsplit
+    """A URL the client can use. The client's own parser (httpx.URL) refuses a bad port; what it lets
+    through is refused here, since a user who writes Ollama's `localhost:11434/v1` without http:// (or
+    an ftp:// URL, or no host) gets a client that fails only at the first request, with no word of why."""
+    import httpx2 as httpx  # the openai client's own HTTP library
     try:
-        parts = urlsplit(url)
-        parts.port  # raises on "host:8080:9" or "host:abc"
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:
+        parts = httpx.URL(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.host)
+    except (httpx.InvalidURL, TypeError):
         ok = False
     if not ok:
         raise ConfigError(f"OPENAI_BASE_URL={url!r} is not a valid http:// or https:// URL "
                           "(for example http://localhost:11434/v1 for Ollama)")
 
 
-FROM_ENV_FILE: set[str] = set()  # the settings .env gave (the shell's environment wins over it)
+FROM_ENV_FILE: set[str] = set()  # the settings the settings file gave (the shell's environment wins over it)
+ENVIRONMENT_ONLY = ("HOME", "XDG_STATE_HOME")  # where the records go: never from a file
 
 
 def setting(name: str) -> str:
-    """Where the user changes setting `name`: .env, unless the shell's environment set it (a value
-    there wins over .env, so changing .env would change nothing)."""
+    """Where the user changes setting `name`: the settings file (settings_file), unless the shell's
+    environment set it (a value there wins over the file, so changing the file would change nothing)."""
     shell = name in os.environ and name not in FROM_ENV_FILE
-    return f"{name} in your shell's environment (it overrides .env)" if shell else f"{name} in .env"
+    return f"{name} in your shell's environment (it overrides {clean(settings_file())})" if shell else \
+        f"{name} in {clean(settings_file())}"
 
 
-def strict_env() -> Path | None:
-    """Layer 1's load_env, with a line python-dotenv cannot parse refused in one line instead of
-    skipped with a warning. Returns the file read."""
-    from dotenv.parser import parse_stream
-    found = env_file()
-    with open(found or os.devnull, encoding="utf-8", errors="replace") as stream:  # load_env refuses bad UTF-8
-        wrong = [b.original for b in parse_stream(stream) if b.error]
+def strict_env(named: str | None = None) -> Path | None:
+    """Layer 1's settings file (env_file), read by python-dotenv, with a line it cannot parse refused in
+    one line instead of skipped with a warning (python-dotenv only logs it), and no value over the
+    environment's, nor one that says where the records go (ENVIRONMENT_ONLY). Returns the file read."""
+    import logging
+    from dotenv import dotenv_values
+    found = env_file(named)
+    NAMED[:] = [named] if named else []  # what settings_file names from now on
+    wrong: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = wrong.append
+    logger = logging.getLogger("dotenv.main")
+    logger.addHandler(handler)
+    try:
+        values = dotenv_values(found, encoding="utf-8") if found else {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{clean(found)} is not UTF-8 text; save it as UTF-8") from None
+    finally:
+        logger.removeHandler(handler)
     if wrong:
-        raise ConfigError(f"{found}:{wrong[0].line}: cannot read {wrong[0].string.strip()!r}; write it as KEY=value")
-    before = set(os.environ)
-    load_env(found)
-    FROM_ENV_FILE.update(set(os.environ) - before)
+        raise ConfigError(f"{clean(found)}:{wrong[0].args[0]}: cannot read that line; write it as KEY=value")
+    for name, value in values.items():
+        if value is not None and name not in os.environ and name not in ENVIRONMENT_ONLY:
+            os.environ[name] = value
+            FROM_ENV_FILE.add(name)
     return found
 
 
@@ -1259,10 +1384,18 @@ def strict_env() -> Path | None:
 
 def records_folder(ws_root: Path, label: str = "") -> Path:
     """Where the session file and the archive of one workspace live: in records_root(), which no
-    tool touches and no sandboxed command sees."""
+    tool touches and no sandboxed command sees, named by a safe form of the workspace's name (letters,
+    digits, `.`, `-`, `_`: nothing a terminal obeys) and a hash of its path. A folder there that is a
+    symbolic link (it could lead into another workspace's records) is refused."""
     root = ws_root.resolve()
     key = hashlib.sha256(os.fsencode(root)).hexdigest()[:10]
-    return private_folder(records_root() / "-".join(filter(None, [safe_text(root.name) or "root", key, label])))
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", safe_text(root.name)).strip("._")[:40] or "root"
+    folder = records_root() / "-".join(filter(None, [name, key, label]))
+    for part in (records_root(), folder, folder / "archive"):
+        if part.is_symlink():
+            raise ConfigError(f"the records folder {clean(part)} is a symbolic link, which may lead to another "
+                              "workspace's records: remove it (the agent makes its own)")
+    return private_folder(folder)
 
 
 def new_session(config: Config, summarize: Callable | None = None, archive_dir=None,
@@ -1285,7 +1418,7 @@ def save_session(session: Session, config: Config, path: Path) -> Path | None:
     atomically (a crash leaves the old file whole), owner-only. No setting or key is written. A
     write that fails (a full disk) leaves the last good file and no temporary one, in one line."""
     c = session.compaction
-    data = {"version": 2, "strategy": c.name, "messages": session.messages,
+    data = {"version": 2, "records": path.parent.name, "strategy": c.name, "messages": session.messages,
             "state": asdict(c.state) if c.state is not None else None, "sent": c.sent,
             "archive": str(c.archive.path) if c.archive is not None else None}
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".session-")
@@ -1299,7 +1432,7 @@ def save_session(session: Session, config: Config, path: Path) -> Path | None:
     except OSError as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-        print(f"[session] could not save {path.name} ({error.strerror}): "
+        print(f"[session] could not save {clean(path.name)} ({error.strerror}): "
               + ("the last saved copy stays" if path.exists() else "nothing is saved yet") + "; the run goes on")
         return None
 
@@ -1323,6 +1456,9 @@ def start_records(folder: Path, resume: str | bool) -> tuple[Path, dict | None]:
         print("[session] another agent is using this workspace's session: this run is saved in a file of its own")
     sessions = saved_sessions(folder)
     saved = read_session(chosen_session(sessions, resume, folder)) if resume else None
+    if saved and saved.get("records", folder.name) != folder.name:
+        raise ConfigError(f"the saved session was saved for another workspace's records "
+                          f"({printable(saved['records'], 60)}), not this one's: it is not continued")
     if sessions and not resume:
         print(f"[session] this workspace has a session saved at {saved_at(sessions[-1])}: it is kept, and "
               "--resume continues it")
@@ -1341,19 +1477,20 @@ def chosen_session(sessions: list[Path], resume: str | bool, folder: Path) -> Pa
     named = [p for p in sessions if resume in (p.name, p.stem)] if isinstance(resume, str) else sessions[-1:]
     if not named:
         raise ConfigError(f"--session {resume}: no such session of this workspace; the saved ones: "
-                          + ", ".join(p.name for p in reversed(sessions[-5:])))
+                          + ", ".join(clean(p.name) for p in reversed(sessions[-5:])))
     others = [p for p in reversed(sessions) if p != named[0]]
-    print(f"[session] continuing {named[0].name} (saved at {saved_at(named[0])})" + (
+    print(f"[session] continuing {clean(named[0].name)} (saved at {saved_at(named[0])})" + (
         f"; {len(others)} other{'s' * (len(others) != 1)}, newest first: "
-        + ", ".join(f"{p.name} ({saved_at(p)})" for p in others[:5]) + ("…" if len(others) > 5 else "")
+        + ", ".join(f"{clean(p.name)} ({saved_at(p)})" for p in others[:5]) + ("…" if len(others) > 5 else "")
         + "; --session NAME continues one" if others else ""))
     return named[0]
 
 
 def prune_sessions(folder: Path, keep: int = KEEP_SESSIONS) -> None:
     """The newest `keep` session files of this workspace stay, this run's among them; older ones go,
-    each with the archive no kept session names, in one line."""
-    sessions = saved_sessions(folder)
+    each with the archive no kept session names, in one line. Only a file that says it is a session
+    the agent saved in this folder (ours) is deleted: nothing else that lies there."""
+    sessions = [p for p in saved_sessions(folder) if ours(p)]
     old, kept = sessions[:len(sessions) - keep + 1], sessions[len(sessions) - keep + 1:]
     if not old:
         return
@@ -1365,6 +1502,15 @@ def prune_sessions(folder: Path, keep: int = KEEP_SESSIONS) -> None:
                     gone.unlink()
     print(f"[session] removed {len(old)} session{'s' * (len(old) != 1)} of this workspace older than the newest {keep}, "
           "with their archives (KEEP_SESSIONS in tiny_agent.py)")
+
+
+def ours(path: Path) -> bool:
+    """Whether `path` is a session file the agent saved for the records folder it lies in."""
+    with contextlib.suppress(ConfigError, OSError, ValueError, TypeError, RecursionError):
+        data = json.loads(read_record(path))
+        return isinstance(data, dict) and data.get("records") == path.parent.name and isinstance(
+            data.get("messages"), list)
+    return False
 
 
 def archive_of(path: Path) -> Path | None:
@@ -1401,6 +1547,8 @@ def read_session(path: Path) -> dict:
             raise TypeError(f"it holds a {type(data).__name__}, not an object")
         if data.get("version", 2) not in (1, 2):  # 1: the first format, which version 2 reads whole
             raise ValueError(f"it is version {data.get('version')!r} of the format; this agent reads 1 and 2")
+        if not in_range(data):
+            raise ValueError(f"it holds a number out of range (Infinity, NaN or beyond {NUMBER_LIMIT:.0e})")
         check_messages(data.get("messages"))  # a list of dicts, each with a role a server knows
         for i, m in enumerate(data["messages"]):
             check_saved(i, m)
@@ -1417,6 +1565,22 @@ def read_session(path: Path) -> dict:
         raise ConfigError(f"{path} is damaged and was left untouched ({printable(error, 100)}); move it away "
                           "to start afresh") from None
     return data
+
+
+NUMBER_LIMIT = 10**15  # no count, size, ratio or time a session holds comes near it
+
+
+def in_range(data) -> bool:
+    """Whether every number in `data` (JSON as read) is finite and within NUMBER_LIMIT either way:
+    json reads Infinity, NaN and a 400-digit number, and a page that draws one ends in a traceback."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, (dict, list)):
+            stack.extend(value.values() if isinstance(value, dict) else value)
+        elif isinstance(value, (int, float)) and not (abs(value) <= NUMBER_LIMIT and math.isfinite(value)):
+            return False
+    return True
 
 
 def check_saved(i: int, m: dict) -> None:
@@ -1590,7 +1754,7 @@ def command(session: Session, config: Config, line: str, ws: Workspace,
     elif name == "/help":
         print(HELP)
     else:
-        print(f"unknown command {name}; the commands are:\n{HELP}")
+        print(f"unknown command {clean(name)}; the commands are:\n{HELP}")
     return config, False
 
 
@@ -1656,8 +1820,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args([safe_text(a) for a in (sys.argv[1:] if argv is None else argv)])
     config = None
     try:
-        if read := strict_env():
-            print(f"[settings] read {read}")
+        if read := strict_env(args.env_file):
+            print(f"[settings] read {clean(read)}")
         config = command_line_config(args)
         return demo(args, config) if args.demo or not model_configured() else agent(args, config)
     except ConfigError as error:
@@ -1974,8 +2138,7 @@ def run_demo(config: Config, log=print, view: bool = False) -> Session:
     report it wrote there is printed before the copy is deleted. `view`: its archive is kept in the
     records, and the page that shows its compactions is written beside it."""
     records = records_folder(HERE, label="demo") if view else None
-    folders = " or ".join(dict.fromkeys(str(p) for p in (Path.cwd(), HERE)))  # one folder named once
-    log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in {folders}): running the "
+    log(f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (in the environment or {clean(settings_file())}): running the "
         "offline demo." if not model_configured()
         else "[demo] --demo: running the offline demo, not the configured model.")
     log(DEMO_SAYS)
@@ -2065,7 +2228,7 @@ def write_view(session: Session, path: Path, log=print) -> Path | None:
         log(f"[view] the page could not be written: {printable(error, 160)}")
         return None
     log("[view] every compaction of this session on one page; open it in a browser:")
-    log(str(path))
+    log(clean(path))
     return path
 
 
@@ -2118,6 +2281,8 @@ def record_problem(entry) -> str:
     one is one line on the page, never a traceback."""
     if not isinstance(entry, dict):
         return f"it is a {type(entry).__name__}, not a record"
+    if not in_range(entry):
+        return "a number in it is out of range (Infinity, NaN or too large)"
     for key, kind in RECORD.items():
         if not isinstance(entry.get(key), kind):
             return f"its field {key!r} is missing or of the wrong type"

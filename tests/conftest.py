@@ -99,12 +99,10 @@ socket.socket.connect = _guarded_connect
 socket.getaddrinfo = _guarded_getaddrinfo
 
 
-def pytest_sessionstart(session) -> None:
-    """The agent reads .env from the folder it runs in, else from its own: a .env in this checkout
-    would point every agent the tests start at the developer's server, with the developer's key."""
-    if (ROOT / ".env").exists():
-        pytest.exit(f"{ROOT / '.env'} would be read by every agent the tests start: move it aside while they run",
-                    returncode=4)
+# The agent reads its settings from the .env beside tiny_agent.py, where a user keeps theirs: every agent
+# the tests start, in this process or as a program (each copies this environment), reads no file at
+# all instead, so the user's .env stays where it is and no test reads it (test_settings checks it).
+os.environ["TINY_AGENT_ENV_FILE"] = os.devnull
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

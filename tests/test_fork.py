@@ -23,6 +23,7 @@ from conftest import chat_response, counted
 ROOT = Path(__file__).resolve().parent.parent
 BANNERS = {"compact.py": ("# Part II ·", "# Part III ·"), "tiny_agent.py": ("# Layer 2 ·", "# Layer 3 ·")}
 ENTRY = {1: 'if __name__ == "__main__":\n    sys.exit(one_task())\n', 2: 'if __name__ == "__main__":\n    sys.exit(main())\n'}
+COPY1_LINES = 700  # copy 1 at most, as measured with every promise of Layer 1 kept
 COPIES = [1, 2, "whole"]  # the README's two copies, and the whole file
 
 
@@ -262,9 +263,9 @@ def test_the_readme_states_the_size_of_each_copy_and_where_each_part_starts():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for layer in (1, 2):
         lines = sum(upto(name, layer).count("\n") for name in BANNERS) + ENTRY[layer].count("\n")
-        assert layer != 1 or lines <= 583, (f"copy 1 is {lines} lines: issue 36 held it to 560; issue 37's sanitizer "
-                                              "adds 3 and its masking of the agent's own secrets in every tool output 13; "
-                                              "the keyword arguments that make compact_messages the engine 3")
+        assert layer != 1 or lines <= COPY1_LINES, (f"copy 1 is {lines} lines, over {COPY1_LINES}: the tutorial's agent, "
+                                                      "its one sanitizer, its masking, the allowlist of options per "
+                                                      "program and the settings file")
         stated = re.search(rf"copy {layer}[^\n]*\| ([\d,]+) lines \|", readme)
         assert stated and int(stated[1].replace(",", "")) == lines, f"README: copy {layer} is {lines} lines"
     for name, (second, third) in BANNERS.items():

@@ -310,6 +310,7 @@ def missing_model(tmp_path, monkeypatch, fake_openai):
 
 def malformed_env(tmp_path, monkeypatch, fake_openai):
     (tmp_path / ".env").write_text("OPENAI_API_KEY sk-missing-its-equals-sign\n")
+    monkeypatch.setenv("TINY_AGENT_ENV_FILE", str(tmp_path / ".env"))
 
 
 def bad_window(tmp_path, monkeypatch, fake_openai):
@@ -507,25 +508,38 @@ def test_a_server_that_asks_for_max_completion_tokens_gets_it_from_then_on(fake_
     assert server.requests[1]["max_completion_tokens"] == server.requests[2]["max_completion_tokens"] == 16_000
 
 
-def test_env_is_read_from_the_current_folder_then_from_the_agents_own_and_the_start_says_which(fake_openai, tmp_path):
+def test_settings_come_from_the_env_file_named_else_the_agents_own_never_the_workspaces(fake_openai, tmp_path):
+    """A hostile workspace (and the folder the agent runs in) ships a .env naming its own server and
+    moving the records: neither is read. The .env beside tiny_agent.py is, and --env-file PATH over it."""
     import shutil
     import subprocess
     import sys
     server = fake_openai(lambda body: (200, chat_response(f"model {body['model']}")))
-    agent, here, other = tmp_path / "agent", tmp_path / "here", tmp_path / "other"
-    for folder in (agent, here, other):
+    agent, here, named = tmp_path / "agent", tmp_path / "here", tmp_path / "named.env"
+    for folder in (agent, here):
         folder.mkdir()
     for name in ("tiny_agent.py", "compact.py"):
         shutil.copy(Path(tiny_agent.__file__).parent / name, agent)
     (agent / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-the-agent\n")
-    (here / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-here\n")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path), "NO_PROXY": "*",
+    named.write_text(f"OPENAI_BASE_URL={server.base_url}\nMODEL=from-the-named-file\n")
+    (here / ".env").write_text(f"OPENAI_BASE_URL=http://127.0.0.1:9/v1\nMODEL=from-the-workspace\n"
+                               f"XDG_STATE_HOME={here}\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "NO_PROXY": "*",
            "PYTHONPATH": ":".join([DEFAULT_INSTALL, *sys.path])}
-    for cwd, model in ((other, "from-the-agent"), (here, "from-here")):
-        done = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), "--yes", "hi"], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-        read = (agent if model == "from-the-agent" else here) / ".env"
+    for options, model, read in (([], "from-the-agent", agent / ".env"),
+                                 (["--env-file", str(named)], "from-the-named-file", named)):
+        done = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), *options, "--yes", "hi"], cwd=here,
+                              env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert f"[settings] read {read}" in done.stdout and f"model {model}" in done.stdout, done.stdout + done.stderr
+        assert "from-the-workspace" not in done.stdout and not (here / "tiny-agent").exists()
+    (agent / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nXDG_STATE_HOME={here}\n")
+    done = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), "--yes", "hi"], cwd=here, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and not (here / "tiny-agent").exists() and (tmp_path / "state" / "tiny-agent").is_dir()
+    missing = subprocess.run([sys.executable, str(agent / "tiny_agent.py"), "--env-file", str(tmp_path / "nope"), "hi"],
+                             cwd=here, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines() == [
+        f"error: configuration: --env-file {tmp_path / 'nope'}: no such file"], missing.stderr
 
 
 def test_on_another_server_the_summary_model_is_model_unless_summary_model_is_set(fake_openai, monkeypatch):

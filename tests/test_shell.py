@@ -199,6 +199,7 @@ def cli(tmp_path, args: list[str], env: dict, dotenv: bytes | None = None):
     cwd.mkdir(exist_ok=True)
     if dotenv is not None:
         (cwd / ".env").write_bytes(dotenv)
+        args = ["--env-file", str(cwd / ".env"), *args]
     return run_agent(args, env, cwd)
 
 

@@ -226,13 +226,20 @@ def test_resume_names_the_file_and_the_others_and_session_picks_one(server, tmp_
 
 
 def test_the_newest_twenty_sessions_of_a_workspace_are_kept_with_their_archives(server, tmp_path, workspace, state):
+    """Only files that say they are this workspace's sessions are pruned: one saved for another
+    workspace's records, and one that is no session, stay however old they are."""
     folder = records(workspace)
     (folder / "archive").mkdir(mode=0o700, exist_ok=True)
+    strangers = {folder / "session-a-foreign.json": json.dumps({**PLANTED, "records": "other-0123456789"}),
+                 folder / "session-a-notes.json": "not a session"}
+    for path, text in strangers.items():
+        path.write_text(text)
+        os.utime(path, (0, 0))
     for k in range(25):
         archive = folder / "archive" / f"session-old{k:02}.jsonl"
         archive.write_text("{}\n")
         path = folder / f"session-old{k:02}.json"
-        path.write_text(json.dumps({**PLANTED, "archive": str(archive)}))
+        path.write_text(json.dumps({**PLANTED, "records": folder.name, "archive": str(archive)}))
         os.utime(path, (k + 1, k + 1))
     script = Script(server, [chat_response("DONE")])
     done = run_agent(["--workspace", str(workspace), "hi"], agent_env(script.base_url), tmp_path / "cwd")
@@ -240,7 +247,8 @@ def test_the_newest_twenty_sessions_of_a_workspace_are_kept_with_their_archives(
     assert ("[session] removed 6 sessions of this workspace older than the newest 20, with their archives "
             "(KEEP_SESSIONS in tiny_agent.py)") in done.stdout
     kept = sorted(p.name for p in folder.glob("session-old*.json"))
-    assert kept == [f"session-old{k:02}.json" for k in range(6, 25)] and len(session_files(state)) == 20
+    assert kept == [f"session-old{k:02}.json" for k in range(6, 25)] and len(session_files(state)) == 22
+    assert {path: path.read_text() for path in strangers} == strangers
     assert sorted(p.name for p in (folder / "archive").glob("session-old*")) == [f"session-old{k:02}.jsonl"
                                                                                for k in range(6, 25)]
 
@@ -388,32 +396,36 @@ def test_the_demo_after_ctrl_c_counts_only_what_finished(tmp_path):
 
 # --- 12. The smaller things, each from outside ---------------------------------------------------
 
-def test_the_demos_first_line_names_the_agents_folder_once_when_it_is_the_current_one(tmp_path):
-    done = subprocess.run([sys.executable, str(AGENT), "--demo"], cwd=AGENT.parent, env=agent_env(),
-                          capture_output=True, text=True, timeout=DEADLINE)
-    first = done.stdout.splitlines()[0]
-    assert done.returncode == 0 and first == (f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (nor a .env in "
-                                              f"{AGENT.parent}): running the offline demo."), first
+def test_the_demos_first_line_names_the_settings_file_it_would_read(tmp_path):
+    settings = tmp_path / "settings.env"
+    settings.write_text("")
+    done = subprocess.run([sys.executable, str(AGENT), "--demo", "--env-file", str(settings)], cwd=AGENT.parent,
+                          env=agent_env(), capture_output=True, text=True, timeout=DEADLINE)
+    first = done.stdout.splitlines()[1]
+    assert done.returncode == 0 and first == (f"[demo] No OPENAI_API_KEY or OPENAI_BASE_URL (in the environment or "
+                                              f"{settings}): running the offline demo."), done.stdout
 
 
-@pytest.mark.parametrize("where", ["shell", ".env"])
+@pytest.mark.parametrize("where", ["shell", "the settings file"])
 def test_a_hint_names_where_the_value_came_from(tmp_path, where):
     """A refused OPENAI_BASE_URL set in the shell: the line says to fix it in the shell's environment
-    (changing .env would change nothing); set in .env: it says .env."""
+    (changing the settings file would change nothing); set in the file --env-file names: that file."""
     url = "http://127.0.0.1:9/v1"  # the discard port: nothing answers
-    cwd = tmp_path / "cwd"
+    cwd, settings = tmp_path / "cwd", tmp_path / "settings.env"
     cwd.mkdir()
     env = {k: v for k, v in agent_env().items() if k != "MODEL"}
     if where == "shell":
         env.update(OPENAI_BASE_URL=url)
+        settings.write_text("")
     else:
-        (cwd / ".env").write_text(f"OPENAI_BASE_URL={url}\n")
-    done = subprocess.run([sys.executable, str(AGENT), "hello"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=DEADLINE)
+        settings.write_text(f"OPENAI_BASE_URL={url}\n")
+    done = subprocess.run([sys.executable, str(AGENT), "--env-file", str(settings), "hello"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=DEADLINE)
     line = done.stderr.strip()
     assert done.returncode == 1 and len(line.splitlines()) == 1, done.stdout + done.stderr
-    assert ("fix OPENAI_BASE_URL in your shell's environment (it overrides .env)" in line) == (where == "shell"), line
-    assert ("fix OPENAI_BASE_URL in .env" in line) == (where == ".env"), line
+    assert (f"fix OPENAI_BASE_URL in your shell's environment (it overrides {settings})" in line) == (
+        where == "shell"), line
+    assert (f"fix OPENAI_BASE_URL in {settings}" in line) == (where != "shell"), line
 
 
 def test_the_repl_says_how_to_choose_a_strategy_in_its_own_words(server, tmp_path, workspace):
