@@ -9,8 +9,8 @@ stop at the end of any part and still run.
     Part II   what real servers need    tokens, the token net, refusals, a summarizer that reads
                                         in pieces, the one extractive summary, the user's words
                                         carried in the state, valid lists, the archive, the guard,
-                                        and the one engine every strategy runs (`Compactor`),
-                                        whose default policy is Part I's sawtooth  lessons 03-04
+                                        each a keyword argument of compact_messages, the one engine
+                                        (`Compactor`: its settings, the sawtooth by default)  lessons 03-04
     Part III  the ladder                what production agents add, cheapest first, as steps and
                                         policies of that engine: masking, snipping, clearing,
                                         eviction, zones, each design document's preset  lessons 05-16
@@ -110,8 +110,10 @@ def compact_messages(messages: list[dict], summarize=summarize, threshold: int =
 # ============================================================================================
 # Part II · What real servers need: the same sawtooth, made to survive them
 # ============================================================================================
-# The engine that opens this part is what the agent calls; its default policy is Part I's sawtooth
-# with a token trigger, a summarizer that fits the summary model's window, an archive and a valid list.
+# What compact_messages takes, and why: a real server counts tokens, not messages (`due`: the token
+# trigger); some history shrinks cheaper than by a summary (`steps`); a tail can be too large alone
+# (`tail`); the user's latest words must stay whole (`keep`); a summary model fails (`summarize`: the
+# guard); what leaves must be findable again and the list valid and fitting (`message`, `fit`).
 
 import functools  # noqa: E402
 import math  # noqa: E402  each part's imports stand at its start, so Part I reads alone
@@ -184,9 +186,8 @@ class Compactor:
 
     def compact(self, messages: list[dict], focus: str | None = None, level: int = 0,
                 usage: tuple[list[dict], int] | None = None) -> list[dict]:
-        """The one call the loop makes before every request: compact_messages with this policy's
-        layers. `level` 0 compacts when due, 1 now, 2 as far as it goes (the server refused what our
-        estimate said fits; past it, it raises). `usage`: the last request sent, with its count."""
+        """The loop's one call before every request: compact_messages with this policy's layers. `level` 0
+        when due, 1 now, 2 as far as it goes (past it, it raises); `usage`: the last request and its count."""
         if level > 2 or (level and not self.layers):
             raise cannot(self, messages, usage)
         return compact_messages(messages, **engine_args(self, begin(self, messages, focus, level, usage)))
