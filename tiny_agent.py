@@ -1823,6 +1823,10 @@ def main(argv: list[str] | None = None) -> int:
         if read := strict_env(args.env_file):
             print(f"[settings] read {clean(read)}")
         config = command_line_config(args)
+        if not (args.demo or model_configured()) and (args.task or args.repl):
+            raise ConfigError(f"no model is configured, so {'the task' if args.task else 'a REPL'} cannot run: set "
+                              f"OPENAI_BASE_URL or OPENAI_API_KEY in the environment or {clean(settings_file())} "
+                              "(README: Plug in a real model), or run the offline demo with --demo")
         return demo(args, config) if args.demo or not model_configured() else agent(args, config)
     except ConfigError as error:
         return fail(f"configuration: {error}")
@@ -2103,11 +2107,8 @@ DEMO_SAYS = ("[demo] The model is a deterministic stand-in, not a language model
 def demo(args: argparse.Namespace, config: Config) -> int:
     """The demo, once or as a REPL; options that cannot apply to it say so in one line."""
     config = replace(config, context_window=DEMO_WINDOW, max_iterations=args.max_iterations or DEMO_ITERATIONS)
-    configured = model_configured()
     if args.task:
-        print("[demo] --demo runs the offline demo model, so the task is not run" if configured else
-              "[demo] no model is configured (OPENAI_API_KEY or OPENAI_BASE_URL), so the task is not run; "
-              "see README: plug in a model")
+        print("[demo] --demo runs the offline demo model, so the task is not run")
     if args.workspace != ".":
         print("[demo] --workspace applies to a real model; the demo works on a temporary copy of this project")
     if not args.repl:
