@@ -25,7 +25,7 @@ back under the target; most compactions never reach the summarizer.
   runs, then every long message but the user's is cut). One step alone is a policy of one step:
   Compactor(layers=("last resort",)).compact(messages, level=2).
 
-  Seed 001 adds a light tier below the summary: Compactor(layers=(..., "light", "summary", ...)).
+  The five-layer ladder adds a light tier below the summary: Compactor(layers=(..., "light", "summary", ...)).
   It updates the session's rolling summary from the leaving turns with the extractive summarizer,
   no model call, and is kept only when that alone brings the history under the target; otherwise
   its summary is discarded and the full rebuild (the summary rung, one model call) runs:
@@ -199,7 +199,7 @@ def main():
     raised = overflow()
     show.banner('4. One step alone, as far as it goes: Compactor(layers=("last resort",)), level 2')
     out = one_step()
-    show.banner("5. The light tier (seed 001): kept only if it alone reaches the target")
+    show.banner("5. The light tier (the five-layer ladder's): kept only if it alone reaches the target")
     light_kept = light_tier()
     show.banner("6. compaction_stats(): failure times, and a warning while degraded")
     is_open = stats()

@@ -30,13 +30,13 @@ a ratio measured in this run; the wall-clock time of each part is printed, never
 What changed since lesson 14: nothing new in compact.py; this lesson measures all of it at once,
 lesson 16's presets and cache-first batching included.
 Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
-../shared/trajectories/*.jsonl --limit 20 (--recorded-windows 8000 16000 for other windows than 16k,
+RUNS.jsonl --limit 20 (RUNS.jsonl: any file of recorded runs, one {"messages": [...]} a line) (--recorded-windows 8000 16000 for other windows than 16k,
 32k and 64k); --json | python -m json.tool (--json results.json prints the tables and saves the JSON);
 --plot tokens.png;
 --linearity (the ladder's time from 10,000 to 50,000 messages instead of 2,000 to 10,000, about half a
 minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
-"## Measured", from this run; with --trajectories ../shared/trajectories/*.jsonl the recorded ones too).
+"## Measured", from this run; with --trajectories RUNS.jsonl the recorded ones too).
 Explains compact.py Part II ("The engine"): Compactor (the sawtooth is its default policy),
 POLICIES; ("Tokens"): Tally; ("The first step"): drop_old_reasoning; ("What a summary must keep"):
 IDENTIFIER; Part III ("Presets"): PRESETS; ("The ladder's steps and policies"): batch, EVERY_CALL.

@@ -1,7 +1,7 @@
 """Lesson 16 · Presets: each design document's ladder
 Motto: the same rungs in five orders with five sets of numbers; run each as its author meant it.
 
-The problem: five design documents (seeds 000-004) describe five ladders. They share the rungs of
+The problem: five design documents describe five ladders. They share the rungs of
 lessons 05-14 but not the order, the numbers or a few extra behaviours; rebuilt by hand, each
 would be a guess at its design.
 
@@ -25,7 +25,7 @@ others go to the step. Every summary ends with the focus it was asked for.
                             [last 6 messages raw]
 
 Part 1 replays one generated conversation through every preset, as lesson 15 replays strategies;
-parts 2-6 show each seed's signature behaviour on a tiny input, each step run alone as the engine
+parts 2-6 show each document's signature behaviour on a tiny input, each step run alone as the engine
 runs it (Compactor.steps gives the Step, its run takes the messages and a Pass).
 
 What changed since lesson 15: the benchmark compared our own policies; here each design document's
@@ -221,15 +221,15 @@ def main():
     conversation = generate_conversation(TURNS, seed=2)
     show.banner(f"1. One {TURNS}-turn conversation through every preset (window {WINDOW:,})")
     runs, none = every_preset(conversation)
-    show.banner("2. evo-agent (seed 000): mask before every call, compact history, the focus")
+    show.banner("2. evo-agent (evo-agent's three layers): mask before every call, compact history, the focus")
     evo_agent()
-    show.banner("3. five-layer (seed 001): snip 100/20, cache first, the light tier")
+    show.banner("3. five-layer (the five-layer ladder): snip 100/20, cache first, the light tier")
     five_layer(runs["five-layer"][1]["reports"])
-    show.banner("4. smart-eviction (seed 002): multiplied importance, 75%, a margin")
+    show.banner("4. smart-eviction (smart compression and eviction): multiplied importance, 75%, a margin")
     smart_eviction(conversation)
-    show.banner("5. echo-agent (seed 003): tool-specific placeholders, compaction_stats()")
+    show.banner("5. echo-agent (echo-agent's pipeline): tool-specific placeholders, compaction_stats()")
     echo_agent()
-    show.banner("6. sawtooth-tutorial (seed 004): the graded rolling summary")
+    show.banner("6. sawtooth-tutorial (the sawtooth tutorial): the graded rolling summary")
     sawtooth_tutorial()
     best = min(runs, key=lambda name: runs[name][0].requests)
     print(f"\n[lesson 16] done: {len(PRESETS)} presets on one {TURNS}-turn conversation, the fewest tokens sent by "

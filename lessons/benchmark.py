@@ -13,7 +13,7 @@ agent loop would have produced it:
 The facts a conversation planted (lessons/conversations.py) are then looked for, verbatim, in the
 last request: what the model still has in front of it at the end of the run. At every request what
 the agent's real next tool call used is looked for too, by three definitions of what that is
-(NEXT_STEP: compact.IDENTIFIER's identifiers, issue 13.9, and two that owe nothing to compact.py).
+(NEXT_STEP: compact.IDENTIFIER's identifiers, and two that owe nothing to compact.py).
 
 compact.py is used only through the names imported below (one import, so the benchmark can be
 re-pointed when compact.py is rearranged) and exact_tokens().
@@ -87,7 +87,7 @@ class CountingSummarizer:
     @property
     def offline(self) -> Callable:
         """When it wraps a Compactor's SummaryGuard: the guard's extractive summarizer, which the
-        light tier (seed 001) calls directly; it calls no model, so it is not counted."""
+        light tier (the five-layer ladder's) calls directly; it calls no model, so it is not counted."""
         return getattr(self.summarize, "offline", None) or summarize_extractive
 
 
@@ -175,7 +175,7 @@ def compactor_strategy(name: str, make: Callable[[], Compactor]) -> Strategy:
 def strategies(window: int, last: int = 20, mask_window: int = 10, threshold: int = 30,
                keep_recent: int = 6) -> list[Strategy]:
     """The strategies of the benchmark, with the parameters the issue names, then every preset of
-    compact.PRESETS (issue 16)."""
+    compact.PRESETS (one for each design document)."""
     return [
         Strategy("none", lambda s: (lambda h: h), from_compact_py=False, uses_window=False),
         Strategy(f"window {last}", lambda s: (lambda h: sliding_window(h, last)), feeds_back=False,
@@ -195,8 +195,8 @@ CACHE_MIN_TOKENS = (2_000, 8_000)  # cache first: a batch is kept only when it f
 
 
 def cache_strategies(window: int, last: int = 20) -> list[Strategy]:
-    """Issue 16.2: the layered ladder with cache-first batching at each of CACHE_MIN_TOKENS, and with
-    masking before every call (seed 000's MicroCompact) without and with batching; the ladder as it
+    """Cache first: the layered ladder with cache-first batching at each of CACHE_MIN_TOKENS, and with
+    masking before every call (evo-agent's MicroCompact) without and with batching; the ladder as it
     is (masking at the trigger, each prefix-changing step on its own) is "layered"."""
     rungs = POLICIES["layered"]["layers"]
     prefix = ("mask", "snip", "clear", "dedupe", "shorten")  # the steps that rewrite messages already sent
@@ -213,7 +213,7 @@ def cache_strategies(window: int, last: int = 20) -> list[Strategy]:
 
 
 def reasoning_strategies(window: int, last: int = 20) -> list[Strategy]:
-    """Issue 12.3: every ladder policy with and without its first rung, drop_old_reasoning."""
+    """The reasoning rung: every ladder policy with and without its first rung, drop_old_reasoning."""
     out = [Strategy("none", lambda s: (lambda h: h), from_compact_py=False)]
     for policy in ("layered", "hybrid", "zones"):
         out += [ladder(policy, window), ladder(policy, window, f"{policy} no rung", skip=("reasoning",))]
@@ -645,7 +645,7 @@ def compare_runs(conversations: list[tuple[list[dict], list]], window: int, cach
 
 def cache_rows(conversations: list[list[dict]], runs: dict[str, list[Run]], window: int, cached_rate: float,
                last: int = 20, facts: list | None = None) -> dict[str, dict]:
-    """Issue 16.2's table: "none" and "layered" as already replayed (`runs`, the same conversations
+    """The cache-first table: "none" and "layered" as already replayed (`runs`, the same conversations
     at the same window), then every variant of cache_strategies."""
     merged = {name: runs[name] for name in ("none", "layered")}
     merged.update(replay_all(conversations, window, last, cache_strategies, facts))
@@ -714,7 +714,7 @@ def run_benchmark(turns=(50, 100, 250), seeds=(0, 1, 2), window: int = 32_000, c
         rows, series, runs = compare_runs([(c.messages, c.facts) for c in made], window, cached_rate, last)
         results["generated"][str(n)] = {"conversations": len(made), "strategies": rows}
         results["series"], longest = series, made[0].messages
-    # issue 16.2 on the longest runs, beside their "none" and "layered" runs
+    # cache first on the longest runs, beside their "none" and "layered" runs
     results["cache"] = {"turns": max(turns), "conversations": len(made),
                         "strategies": cache_rows([c.messages for c in made], runs, window, cached_rate, last,
                                                  [c.facts for c in made])}
@@ -754,7 +754,7 @@ def timings(messages: list[dict], timing: bool, linearity_sizes=()) -> dict:
 def run_recorded(trajectories, windows=RECORDED_WINDOWS, cached_rate: float = 0.1, last: int = 20,
                  limit: int | None = None, cache: bool = False) -> dict:
     """The recorded runs of every file at every window: {"recorded": by file, "recorded_pooled": by
-    window}; with `cache`, also "recorded_cache": issue 16.2's table at the smallest window, pooled."""
+    window}; with `cache`, also "recorded_cache": the cache-first table at the smallest window, pooled."""
     files = {str(path): load_trajectories(path)[:limit] for path in trajectories}
     out: dict = {"recorded": {}, "recorded_pooled": {}, "recorded_windows": sorted(set(windows)), "limit": limit,
                  "exact_tokens": exact_tokens()}
@@ -789,7 +789,7 @@ RECORDED_TOKENS_TODAY = {"sawtooth 30/6": {16_000: 0.5177, 32_000: 0.5177, 64_00
 GENERATED_TOKENS_TODAY = {"mask 10": 0.2795, "sawtooth 30/6": 0.0728, "layered": 0.0975, "hybrid": 0.0701,
                           "zones": 0.1331, "evo-agent": 0.0559, "five-layer": 0.0954, "smart-eviction": 0.1099,
                           "echo-agent": 0.0944, "sawtooth-tutorial": 0.0704}
-GROWING_TARGET = 0.1  # issue 35: the check below the trigger, on a growing history, next to json.dumps of it
+GROWING_TARGET = 0.1  # the check below the trigger, on a growing history, next to json.dumps of it
 RETAINED = {"files": "artifact", "errors": "errors", "decisions": "decision", "constraints": "constraints"}
 RECORDED_FILES = ("mini_swe_agent_gemini3pro_swebv.jsonl", "tau_bench_airline_gpt4o.jsonl")
 DEFAULT_RUN = {"turns": [50, 100, 250], "seeds": [0, 1, 2], "window": 32_000}
@@ -854,7 +854,7 @@ def timing_targets(results: dict) -> list[tuple[bool, str]]:
     a history growing by one, mask_secrets on one long word, and a compaction's time growing linearly,
     not quadratically, with the history."""
     targets = []  # each with room for noise: the overhead on the same list again is printed, not judged
-    if "growing" in results:  # issue 35: the check below the trigger costs what the new messages cost
+    if "growing" in results:  # the check below the trigger costs what the new messages cost
         grown = results["growing"]
         targets.append((grown["below_trigger"] <= GROWING_TARGET,
                         f"below its trigger, on a history growing by one message a call, layered compact costs at "
@@ -942,13 +942,14 @@ def pct(value: float | None) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# The figures come from a run, never by hand (issue 10.6): the tables in the lesson guide's
+# The figures come from a run, never by hand: the tables in the lesson guide's
 # section of lesson 15 (lessons/README.md), one summary line in README.md's "## Measured"
 # --------------------------------------------------------------------------------------------
 
 BEGIN = "<!-- BEGIN {block}: written by `python lessons/15_benchmark.py --readme{args}`; do not edit by hand -->"
 END = "<!-- END {block} -->"
-TRAJECTORIES_ARGS = " --trajectories ../shared/trajectories/*.jsonl"
+# RUNS.jsonl stands for any file of recorded runs (load_trajectories: one {"messages": [...]} a line)
+TRAJECTORIES_ARGS = " --trajectories RUNS.jsonl"
 README_BLOCKS = {"generated": "", "recorded": TRAJECTORIES_ARGS,  # in the guide
                  "summary": f" [{TRAJECTORIES_ARGS.strip()}]"}  # in README.md; its second half needs them
 GUIDE_SECTION = "## 15 · Measuring"  # where the guide's blocks go when their markers are missing
@@ -1027,12 +1028,12 @@ def worst_cell(case: tuple[float, str, int] | None, window: bool = True) -> str:
 
 
 def cache_lines(cache: dict) -> list[str]:
-    """Issue 16.2 in the README: the cache-first table, and what it shows, in words from the figures."""
+    """Cache first in the README: the cache-first table, and what it shows, in words from the figures."""
     rows = cache["strategies"]
-    lines = [f"Cache first (issue 16.2): the layered ladder as it is (masking at the trigger, each step on its own), "
+    lines = [f"Cache first: the layered ladder as it is (masking at the trigger, each step on its own), "
              "with cache-first batching (the step `(\"batch\", {\"frees\": N, \"steps\": (...)})`: mask, snip, clear, "
              "dedupe and shorten run as one batch, kept only when it frees at least N tokens), and with masking "
-             f"before every call (`(\"mask\", EVERY_CALL)`, seed 000's MicroCompact), on the same {cache['conversations']} runs of "
+             f"before every call (`(\"mask\", EVERY_CALL)`, evo-agent's MicroCompact), on the same {cache['conversations']} runs of "
              f"{cache['turns']} turns. Cache hit: the share of input tokens that repeat the previous request's "
              "prefix (what a provider's prompt cache has already seen); cost with caching as a share of no "
              "compaction:", "",
@@ -1081,7 +1082,7 @@ def recorded_block(results: dict) -> str:
                       for p, f in sorted(results["recorded"].items(), key=lambda item: os.path.basename(item[0])))
     at = [f"{int(w) // 1000}k" for w in windows]
     base = pooled[windows[0]]["none"]
-    lines = [f"With `--trajectories ../shared/trajectories/*.jsonl` it also replays {runs} recorded runs ({names}) "
+    lines = [f"With `--trajectories RUNS.jsonl` it also replays {runs} recorded runs ({names}) "
              f"at windows of {', '.join(at[:-1])} and {at[-1]} tokens. What the agent's next step needs is counted "
              f"{len(NEXT_STEP)} ways; each reads the arguments of the agent's real next tool call, counts what "
              "appeared earlier in the run, and asks whether it is still, verbatim, in what is sent before that call:",
@@ -1260,7 +1261,7 @@ def overhead(messages: list[dict], lengths: list[int]) -> list[dict]:
 
 
 def growing(messages: list[dict], n: int = 1_000, number: int = 10, repeat: int = 5) -> dict:
-    """Issue 35: layered Compactor.compact below its trigger as the agent's loop calls it, on a history
+    """The check below the trigger: layered Compactor.compact below its trigger as the agent's loop calls it, on a history
     one message longer at every call, at `n` messages, as a multiple of json.dumps of the whole list.
     The engine sums a history once, so each check should cost what its new message costs. Timed over
     the last number × repeat calls before `n` (the best batch), after one call that summed the rest."""
@@ -1286,7 +1287,7 @@ def outside_text_checks() -> dict[str, Callable[[str], object]]:
 
 
 def linear_ratios(size: int = 1_000_000) -> dict:
-    """Issue 37.3: each check of outside_text_checks on one word of `size` characters (of one letter, and
+    """Each check of outside_text_checks on one word of `size` characters (of one letter, and
     a pasted hex blob) and on a line of punctuation as long, over its time on ordinary text (this
     file, at least 10 ms as a floor): about 1 when linear; a check that re-reads the rest of a long
     word from every position takes thousands of times longer."""
@@ -1320,7 +1321,7 @@ def long_history(messages: list[dict], n: int) -> list[dict]:
 
 
 def linearity(messages: list[dict], sizes=(10_000, 20_000, 50_000), share: float = 10.0) -> dict:
-    """Issue 13.9: seconds of one layered compaction of an n-message history at `share` times its
+    """Seconds of one layered compaction of an n-message history at `share` times its
     effective window (so every rung down to the summary runs), and the growth exponent: the slope
     of log(seconds) on log(messages), about 1 when linear. Each length is timed once, after one
     warm-up run, with the garbage collector paused (a best of two took twice the time and made the

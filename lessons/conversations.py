@@ -826,7 +826,7 @@ def generate_conversation(turns: int, seed: int = 0) -> Conversation:
 
 
 # --------------------------------------------------------------------------
-# A thinking model's run: reasoning beside every answer (issue 12.3)
+# A thinking model's run: reasoning beside every answer
 # --------------------------------------------------------------------------
 
 # (what the user asks next, whether the agent needs tools for it)

@@ -1,4 +1,4 @@
-"""Mutation testing over the mechanisms, with a tool nobody here wrote (mutmut, issue 39).
+"""Mutation testing over the mechanisms, with a tool nobody here wrote (mutmut).
 
     python tests/run_mutmut.py                  # every mechanism below (hours on 2 cores)
     python tests/run_mutmut.py find_cut Archive # only these functions (a class: its methods)
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The mechanisms: mutmut's names for their functions (module.x_function, module.xǁClassǁmethod).
-# Issue 39 ran each of them to the end: every mutant is killed or named in EQUIVALENT, and one that
+# Each of them has been run to the end: every mutant is killed or named in EQUIVALENT, and one that
 # survived the rest of the suite has a test in tests/test_mutants.py that kills it alone (--quick).
 MECHANISMS = [
     # the approval checker; the file tools; the reply reader (mutmut leaves a decorated function

@@ -134,8 +134,8 @@ def test_long_output_is_capped_keeping_head_and_tail(ws, name):
     assert "HEAD" in result and result.endswith("TAIL")
 
 
-# changed with issue 28: a command runs unasked only when it is known to be harmless (tiny_agent.needs_asking);
-# everything else is asked, and a no leaves the workspace as it was. Issue 36: the question shows the whole
+# A command runs unasked only when it is known to be harmless (tiny_agent.needs_asking);
+# everything else is asked, and a no leaves the workspace as it was. The question shows the whole
 # command, one line of it a line, and the reason says where the proof stopped.
 NOT_PROVED = "it is not a read-only program's plain words and simple quotes joined by |, && or ||"
 

@@ -58,7 +58,7 @@ def run_lesson(*args: str, lesson: str = "15_benchmark.py") -> subprocess.Comple
 
 @pytest.mark.slow  # runs the whole default benchmark: CI's slow part
 def test_the_benchmark_takes_at_most_45_times_lesson_01():
-    """Issue 26.3: lesson 15 as a reader runs it, in CPU time against lesson 01's in the same run.
+    """Lesson 15 as a reader runs it, in CPU time against lesson 01's in the same run.
     Lesson 01 is mostly Python's start-up and the tokenizer's load, whose time varies from run to
     run (0.54-1.04 s measured on two cores): the reference is the median of three runs."""
     benchmark_run = run_lesson()
@@ -73,7 +73,7 @@ def test_every_strategy_of_the_issue_is_in_the_table(rows):
 
 
 def test_every_preset_is_replayed_with_no_invalid_list_and_compacts(rows):
-    """Issue 16.1: each compact.PRESETS entry, built by Compactor(policy=name), beside the strategies."""
+    """Each compact.PRESETS entry, built by Compactor(policy=name), beside the strategies."""
     for name in PRESETS:
         assert rows[name]["from_compact_py"] and rows[name]["invalid"] == {"openai": 0, "anthropic": 0}, name
         assert rows[name]["tokens_ratio"] < 1.0 and 0.0 <= rows[name]["next_ids"] <= 1.0, name
@@ -115,7 +115,7 @@ def test_the_five_layer_light_tier_runs_through_the_counting_summarizer():
     assert "light" in steps and run.summaries == steps.count("summary")
 
 
-# --- Issue 16.2: cache first ----------------------------------------------------------------------
+# --- Cache first ----------------------------------------------------------------------
 
 
 def test_the_cache_section_holds_the_ladder_with_and_without_batching_and_masking_every_call(small):
@@ -313,7 +313,7 @@ def test_recorded_runs_replay_with_no_invalid_list(filename):
             assert row["invalid"] == {"openai": 0, "anthropic": 0}, name
 
 
-# --- Issue 13.9: next-step identifiers ------------------------------------------------------------
+# --- Next-step identifiers ------------------------------------------------------------
 
 
 def test_identifiers_come_from_the_argument_values_never_the_keys():
@@ -413,7 +413,7 @@ def test_generated_targets_name_every_strategy_of_compact_py_and_judge_only_the_
         assert passed == (kept >= 0.95 and row["tokens_ratio"] <= today + 0.02), text
 
 
-# --- Issue 12.3: the reasoning rung on a thinking model's history ---------------------------------
+# --- The reasoning rung on a thinking model's history ---------------------------------
 
 
 def test_the_thinking_conversation_carries_reasoning_larger_than_the_answers():
@@ -443,7 +443,7 @@ def test_skipping_the_reasoning_rung_never_runs_it():
     assert reports[0][0] == "reasoning" and reports[1] and "reasoning" not in reports[1]
 
 
-# --- Issue 13.9: linearity, a printed number ------------------------------------------------------
+# --- Linearity, a printed number ------------------------------------------------------
 
 
 def test_linearity_reports_an_exponent_and_the_rungs_that_ran():
@@ -461,7 +461,7 @@ def test_a_long_history_is_valid_and_about_the_size_asked():
 
 
 def test_a_compaction_sums_each_list_it_holds_once(monkeypatch):
-    """Issue 27.8: a compaction's time stays linear when each list it holds (the input, each rung's
+    """A compaction's time stays linear when each list it holds (the input, each rung's
     result, the repaired output) is summed once; the checks between the rungs read that count, where
     they summed the whole history again (24 counts of every message, for 7 rungs)."""
     messages = benchmark.long_history(generate_conversation(30, seed=0).messages, 2_000)
@@ -474,7 +474,7 @@ def test_a_compaction_sums_each_list_it_holds_once(monkeypatch):
     assert len(counted) <= (len(compactor.report) + 2) * len(messages)
 
 
-# --- Issue 35: the check below the trigger, on a history growing by one ----------------------------
+# --- The check below the trigger, on a history growing by one ----------------------------
 
 
 def test_the_check_below_the_trigger_is_timed_on_a_history_one_message_longer_at_every_call(monkeypatch):
@@ -499,7 +499,7 @@ def test_the_growing_target_is_at_most_a_tenth_of_json_dumps(small, ratio, passe
     assert verdict is passed and text.endswith(f"at 1,000 messages: {ratio:.2f}×")
 
 
-# --- Issue 10.6: the figures come from a run: the guide's tables, README.md's summary line ------------
+# --- The figures come from a run: the guide's tables, README.md's summary line ------------
 
 
 def test_guide_blocks_replace_only_the_text_between_their_markers():
@@ -593,7 +593,7 @@ def test_the_recorded_figures_are_those_of_a_fresh_run():
             patch.delenv(name, raising=False)
         recorded = benchmark.run_recorded(files)
     missed = [text for passed, text in benchmark.recorded_targets(recorded) if not passed]
-    assert not missed, "issue 20's targets on the recorded runs:\n" + "\n".join(missed)
+    assert not missed, "the targets on the recorded runs:\n" + "\n".join(missed)
     how = "run: python lessons/15_benchmark.py --readme --trajectories ../shared/trajectories/*.jsonl\n"
     diff = drift("lessons/README.md", "recorded", benchmark.recorded_block(recorded))
     assert not diff, "lessons/README.md drifted; " + how + diff
@@ -611,7 +611,7 @@ def test_the_recorded_figures_are_those_of_a_fresh_run():
     (["--trajectories", "bad.jsonl"], "--trajectories bad.jsonl: bad.jsonl:2: not valid JSON"),
 ])
 def test_the_benchmark_lesson_refuses_an_input_it_cannot_use_in_one_line(tmp_path, arguments, said):
-    """Issue 37: it ended in tracebacks on --turns 5, a missing file, a bad JSON line, and took --window
+    """It ended in tracebacks on --turns 5, a missing file, a bad JSON line, and took --window
     100, --cached-rate 5, --limit -1."""
     (tmp_path / "bad.jsonl").write_text('{"messages": []}\nnot json\n', encoding="utf-8")
     done = subprocess.run([sys.executable, str(ROOT / "lessons" / "15_benchmark.py"), *arguments], cwd=tmp_path,

@@ -1,4 +1,4 @@
-"""A message of the user's larger than the window (issue 22): one rule under every strategy. It is
+"""A message of the user's larger than the window: one rule under every strategy. It is
 archived whole, the model is sent its head and tail with a marker of what was cut, and one line
 tells the user; when the server's window is smaller than CONTEXT_WINDOW says, its refusal names
 the real window and the same rule applies."""

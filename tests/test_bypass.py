@@ -1,4 +1,4 @@
-"""Issue 36: every bypass of the question found from outside on 7ba4f40, and variants of each (at
+"""Every bypass of the question found from outside, and variants of each (at
 least ten a class), driven through the real command line with stdin not a terminal, inside
 bubblewrap and without it. A scripted model sends a class's variants as the bash calls of one
 reply; each result must say the user did not allow it, and every file (the workspace, its .git, a
@@ -359,7 +359,7 @@ def test_long_commands_of_every_shape_go_through_the_command_line(server, worksp
     """Every shape, a hundredth of its size, and one of 1 MB (12.5 s to judge on 7ba4f40), as a model
     sends them (the scripted server renders each request through five chat templates): each is judged,
     the proved ones run (and change nothing), the others are refused, and the agent finishes (the
-    two shapes that hold one long word took compact.py's cutter 39 s for 100 KB before issue 37)."""
+    two shapes that hold one long word once took compact.py's cutter 39 s for 100 KB)."""
     (workspace / "victim.txt").write_text("precious\n")
     before = files(workspace)
     commands = [command[:len(command) // 100] for command in SHAPES.values()] + ["cat a " * 175_000 + "; rm victim.txt"]

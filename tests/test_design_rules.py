@@ -1,4 +1,4 @@
-"""Issue 27, item 7: design-document rules, each as its document says, in the preset that document
+"""Design-document rules, each as its document says, in the preset that document
 names, and in every strategy when the rule is about every compaction. Each test names its passage."""
 
 from __future__ import annotations

@@ -277,7 +277,7 @@ def test_the_readme_states_the_size_of_each_copy_and_where_each_part_starts():
 
 
 def test_compact_messages_and_all_it_reaches_fit_in_the_first_150_lines():
-    """Issue 19: the tutorial's compactor is read beside its ~100 lines of TypeScript."""
+    """The tutorial's compactor is read beside its ~100 lines of TypeScript."""
     tree = ast.parse((ROOT / "compact.py").read_text(encoding="utf-8"))
     defs: dict[str, ast.AST] = {}
     for node in tree.body:

@@ -466,7 +466,7 @@ def test_replayed_real_conversations_stay_valid_inside_the_window_pinned_and_arc
 
 @RECORDED
 def test_on_the_recorded_swe_runs_in_a_16k_window_layered_loses_no_constraint_and_archives_what_leaves(tmp_path, every):
-    """Issue 13: every constraint the user gave stays, in the list or in the summary's pins, and the
+    """Every constraint the user gave stays, in the list or in the summary's pins, and the
     archive holds every message that left, equal to the original after mask_secrets."""
     failures, compacted = [], 0
     for n, conversation in enumerate(load_trajectories("mini_swe_agent_gemini3pro_swebv.jsonl", every)):

@@ -763,7 +763,7 @@ def test_snip_keeps_the_first_and_the_last_error_lines_when_the_cut_part_has_man
 
 
 def test_a_masked_output_that_was_snipped_says_how_many_lines_it_had_in_all():
-    """Issue 37: five-layer's placeholder after a snip said "123 lines" for a 700-line output."""
+    """Five-layer's placeholder after a snip said "123 lines" for a 700-line output."""
     output = "\n".join(f"step {i} ok" for i in range(700))
     snipped = cut_text(output, 10**6, lines=(100, 20))
     note = compact.placeholder(call("c1", "bash", command="cat job.log"), snipped)

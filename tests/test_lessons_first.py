@@ -125,7 +125,7 @@ def test_lesson_runs_offline_and_prints_its_markers(runs, lesson):
     assert not missing, f"{lesson} did not print {missing}:\n{stdout}"
 
 
-# Issue 26.3: a lesson runs in seconds. Lesson 01 does little more than start Python and load the
+# A lesson runs in seconds. Lesson 01 does little more than start Python and load the
 # tokenizer (0.5-1.0 s of CPU on two cores, varying between runs): every lesson may take at most LESSON_RATIO times its CPU
 # time measured in the same run (about 5 s), the benchmark, lesson 15, BENCHMARK_RATIO times (about 30 s).
 LESSON_RATIO = 8
@@ -191,7 +191,7 @@ def part_one_alone(tmp_path: Path) -> Path:
 
 
 def test_lesson_02_runs_with_part_one_and_layer_one_alone(runs, tmp_path):
-    """Issue 19.4: lesson 02 explains Part I and imports nothing below it, nor below tiny_agent's
+    """Lesson 02 explains Part I and imports nothing below it, nor below tiny_agent's
     Layer 1, nor lessons/show.py (which imports Part II): run against the fork above, it prints
     what it prints with the whole project."""
     fork = part_one_alone(tmp_path)
@@ -220,7 +220,7 @@ def test_lesson_summarizes_with_the_configured_model(fake_openai, lesson, summar
         assert [m["role"] for m in request["messages"]] == ["system", "user"]
 
 
-# --- Issue 19.5: every line the guides quote of a lesson is in what the lesson prints ----------
+# --- Every line the guides quote of a lesson is in what the lesson prints ----------
 
 GUIDES = ("README.md", "README.zh-CN.md")
 HEADING = re.compile(r"^## (\d\d[a-z]?) · ")
@@ -268,7 +268,7 @@ def test_every_line_the_guides_quote_is_in_the_output(runs, guide, lesson):
 
 
 def test_both_guides_quote_the_same_run():
-    """Issue 26.4: the Chinese guide quotes the lines the English one does, lesson by lesson, so
+    """The Chinese guide quotes the lines the English one does, lesson by lesson, so
     neither can keep an older run's output (lesson 15's tables live in the English guide only,
     written there by the benchmark, and the Chinese guide points to them)."""
     english, chinese = guide_quotes("README.md"), guide_quotes("README.zh-CN.md")

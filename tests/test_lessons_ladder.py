@@ -195,7 +195,7 @@ def test_each_lesson_takes_at_most_eight_times_lesson_01(filename):
 @pytest.mark.parametrize("guide", GUIDES)
 @pytest.mark.parametrize("filename", FILENAMES)
 def test_every_line_the_guides_quote_is_in_the_output(filename, guide):
-    """Issue 19.5: what lessons/README.md and README.zh-CN.md quote of a lesson is what it prints."""
+    """What lessons/README.md and README.zh-CN.md quote of a lesson is what it prints."""
     done = run_lesson(filename)
     assert done.returncode == 0, done.stderr[-2000:]
     missing = unquoted(guide, filename, done.stdout)
@@ -238,7 +238,7 @@ ALL_LESSONS = sorted(p.name for p in (ROOT / "lessons").glob("[01][0-9]*_*.py") 
 
 @pytest.mark.parametrize("filename", ALL_LESSONS)
 def test_lessons_name_compact_py_parts_and_import_what_they_reuse(filename):
-    """Issue 10.5: a docstring names Part I or a Part II section, never "section 4"; the replay and
+    """A docstring names Part I or a Part II section, never "section 4"; the replay and
     the counting summarizer live once, in lessons/benchmark.py, and lessons import them."""
     source = (ROOT / "lessons" / filename).read_text(encoding="utf-8")
     docstring = ast.get_docstring(ast.parse(source))
@@ -249,7 +249,7 @@ def test_lessons_name_compact_py_parts_and_import_what_they_reuse(filename):
     assert not defined & {"replay", "CountingSummarizer"}, filename
 
 
-# --- Each "Explains" line names the part and the section each name stands in (issue 19) ---------
+# --- Each "Explains" line names the part and the section each name stands in ---------
 
 PART = re.compile(r"^# (Part (?:III|II|I)|Layer [123]) · (.+)$")
 SECTION = re.compile(r"^# --- (.+?)\s*(?:\((?:lessons?|seeds?) [^)]*\))?\s*-*$")
@@ -348,7 +348,7 @@ def misplaced_names(clause: str) -> list[str]:
 
 @pytest.mark.parametrize("filename", ALL_LESSONS)
 def test_the_explains_line_names_the_part_and_section_of_each_name(filename):
-    """Issue 19: "Explains compact.py Part II ("Tokens"): text_tokens, ..." is where text_tokens
+    """The line "Explains compact.py Part II ("Tokens"): text_tokens, ..." is where text_tokens
     stands: a name moved to another part or section, or a section renamed, fails here."""
     docstring = ast.get_docstring(ast.parse((ROOT / "lessons" / filename).read_text(encoding="utf-8")))
     clause = explains_clause(docstring)

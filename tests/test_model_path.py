@@ -344,7 +344,7 @@ def test_main_reports_a_problem_in_one_line(tmp_path, monkeypatch, fake_openai, 
     assert "Traceback" not in out + err
 
 
-# ---- issue 29: HTTP trouble told apart, Retry-After honoured, the body's words shown -------------
+# ---- HTTP trouble told apart, Retry-After honoured, the body's words shown -------------
 
 
 def raw_server(answer: bytes | None) -> int:

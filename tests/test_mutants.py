@@ -1,4 +1,4 @@
-"""Issue 39: tests for the mutants that survived the suite, each a bug written from outside (the four
+"""Tests for the mutants that survived the suite, each a bug written from outside (the four
 the issue names) or made by mutmut over the mechanisms (README, "Mutation testing"), and the list
 of the mutants that change nothing (EQUIVALENT below, one line each saying why; the mutant's diff:
 `mutmut show NAME`). A name holds its number among its function's mutants: a function changed may

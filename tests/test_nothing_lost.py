@@ -1,4 +1,4 @@
-"""Nothing the agent needs is lost (issue 20): precise tools stay verbatim under every policy, every
+"""Nothing the agent needs is lost: precise tools stay verbatim under every policy, every
 part of a message is counted, the summarizer sees the user's words whole, the sawtooth archives
 before it summarizes and does not call a summarizer that cannot help, pins are only rules, and
 the ladder notes every file it reads."""
@@ -148,7 +148,7 @@ def test_intermediate_tools_are_the_design_documents_names():
 
 @RECORDED
 def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up(every):
-    """Issue 20: a latest turn that alone breaks the window (a long assistant text, a huge output)
+    """A latest turn that alone breaks the window (a long assistant text, a huge output)
     is cut with a note, archived first, instead of ending in ContextOverflowError."""
     from conftest import load_trajectories
     overflows = []
@@ -166,7 +166,7 @@ def test_the_ladder_compacts_every_recorded_swe_run_at_16k_without_giving_up(eve
     assert overflows == []
 
 
-# --- Rolling summaries that do not decay (issue 20.2) ----------------------------------------
+# --- Rolling summaries that do not decay ----------------------------------------
 
 
 def test_a_test_failing_under_other_names_is_one_kind_of_error_and_a_rare_error_stays():

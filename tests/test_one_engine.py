@@ -1,4 +1,4 @@
-"""Issue 27: what the summaries say is true ("Files changed" only from the paths of write and edit
+"""What the summaries say is true ("Files changed" only from the paths of write and edit
 calls), and one validator: a forced compaction always returns a valid list, orphans archived."""
 
 from __future__ import annotations

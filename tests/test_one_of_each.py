@@ -1,4 +1,4 @@
-"""Issue 35: each idea of compact.py once. For every shared piece, every caller is shown to use it
+"""Each idea of compact.py once. For every shared piece, every caller is shown to use it
 (a call count or an identity, never a grep), and a setting a person gives is never replaced by a
 policy's."""
 

@@ -1,4 +1,4 @@
-"""Issue 27: pi-mono's large-session fixture (tests/data, source in tests/data/SOURCES.md) replayed
+"""Pi-mono's large-session fixture (tests/data, source in tests/data/SOURCES.md) replayed
 through every strategy like the agent loop that wrote it: compacted before every assistant message,
 the compacted list fed back. Every request is a valid list, and the user's latest request is in it
 word for word until a newer request replaces it (pi-mono's own request at message 83 was gone after

@@ -127,7 +127,7 @@ def test_assistant_text_goes_out_as_a_string_never_null_and_tools_with_tool_choi
     assert reply["content"] == "ok" and history[2]["content"] is None  # the history itself is untouched
 
 
-# Issue 29: four more wordings, each server's own text with its source.
+# Four more wordings, each server's own text with its source.
 FOUR_WORDINGS = {  # server -> (status, body, the size the refusal names)
     # google-gemini/gemini-cli #4118, #11507, #6678: Gemini's OpenAI-compatible endpoint
     "Gemini (OpenAI-compatible)": (400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT", "message":

@@ -1,4 +1,4 @@
-"""The REPL and its saved session, driven as a person drives them (issue 14): `python tiny_agent.py`
+"""The REPL and its saved session, driven as a person drives them: `python tiny_agent.py`
 in a pseudo-terminal, real SIGINTs sent to its process group, and a scripted OpenAI-compatible
 server on 127.0.0.1 whose recorded request bodies show what the agent really sent. The helpers here
 (Terminal, Script, agent_env, the `server` fixture) are shared with test_shell.py and test_terminal.py.
@@ -276,7 +276,7 @@ def test_ctrl_c_while_the_model_thinks_keeps_the_session(server, terminal):
     script.release.set()
     assert "agent> THIRD-ANSWER" in t.ask("third question")
     third = messages_of(script.turns[2])
-    # the interrupted question stays in the history, marked, never merged into the next one (issue 29)
+    # the interrupted question stays in the history, marked, never merged into the next one
     assert [m["content"] for m in third if m["role"] in ("user", "assistant")] == [
         "first question", "FIRST-ANSWER", "second question", "[interrupted by the user before an answer]",
         "third question"]
@@ -498,7 +498,7 @@ def test_compact_that_rewrites_the_summary_in_place_does_not_say_nothing_was_com
 
 @pytest.mark.parametrize("strategy", ["sawtooth", "layered"])
 def test_context_times_the_summarizers_failures_and_warns_while_summaries_are_degraded(server, terminal, strategy):
-    """Issue 27: the statistics are the same for every strategy. A summary model that answers with
+    """The statistics are the same for every strategy. A summary model that answers with
     an error message fails three compactions in a row; /context then says when, and that summaries
     are degraded while the breaker is open."""
     script = Script(server, answers(8), summary="Error: the summary model is overloaded")
@@ -697,7 +697,7 @@ def test_resume_without_a_saved_session_says_so(server, tmp_path, workspace):
     assert_one_line_error(result, "no saved session", "run without --resume first")
 
 
-# --- Issue 28: no start, error, interruption or second agent loses a session ----------------
+# --- No start, error, interruption or second agent loses a session ----------------
 
 
 def contents(folder: Path) -> dict[str, list]:
@@ -790,7 +790,7 @@ def test_a_ctrl_c_while_the_tool_line_is_printed_still_answers_every_call(tmp_pa
     assert_valid(session.messages + [{"role": "user", "content": "second"}])
 
 
-# --- Issue 29: questions from a pipe, as from a terminal -------------------------------------
+# --- Questions from a pipe, as from a terminal -------------------------------------
 
 
 def piped(args: list[str], text: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -828,7 +828,7 @@ def test_a_line_that_starts_with_a_slash_but_is_no_command_is_a_question(server,
 
 @pytest.mark.parametrize("paste", ["/compact\nplease keep the logs", "/help me\nsecond line", "/exit\nand more"])
 def test_a_paste_of_several_lines_is_a_question_even_when_it_starts_with_a_command(server, terminal, paste):
-    """Issue 37, item 6: only one line can be a command; a paste is sent whole, and says so."""
+    """Only one line can be a command; a paste is sent whole, and says so."""
     script = Script(server, [chat_response("ABOUT-THE-PASTE")])
     t = terminal(script)
     t.send(paste)

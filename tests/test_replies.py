@@ -148,7 +148,7 @@ OUTCOMES: Counter = Counter()  # what the property met, checked by the test afte
 @example(reply={"choices": [{"message": {"tool_calls": [{"id": "c1", "function": {"name": "bash", "arguments": {"a": 1}}},
                                                         {"id": "c1", "function": {"name": "x"}}]}}]}, cut=None, as_text=False)
 @example(reply={"choices": [{"message": {"tool_calls": [{"id": "c1", "function": {"name": "", "arguments": "{}"}}]}}]},
-         cut=None, as_text=False)  # a call to no function: one line (issue 39)
+         cut=None, as_text=False)  # a call to no function: one line
 @given(reply=whole | whole | damaged | json_values, cut=st.none() | st.none() | st.none() | st.integers(0, 400),
        as_text=st.booleans())
 def test_no_reply_shape_gives_a_traceback_only_a_valid_message_or_one_line(reply, cut, as_text):

@@ -340,7 +340,7 @@ def test_dot_dot_that_stays_inside_is_allowed(ws):
     assert call(ws, "read_file", path="notes.txt") == "inside"
 
 
-# Issue 28: each of these changed or removed `f` (or another file) without a question when the
+# Each of these changed or removed `f` (or another file) without a question when the
 # question was a list of what to refuse. A command now runs unasked only when it is known to be
 # harmless (tiny_agent.READ_ONLY); each of these is asked, and without a terminal the answer is no.
 DESTRUCTIVE = [
@@ -433,7 +433,7 @@ def test_a_harmless_command_runs_without_asking(ws, asked):
 
 
 # --------------------------------------------------------------------------------------------
-# (f) Issue 28: what the sandbox holds, and the file tools and bash under attack
+# (f) What the sandbox holds, and the file tools and bash under attack
 # --------------------------------------------------------------------------------------------
 
 KEY = "sk-test-" + "s3cr3t" * 4

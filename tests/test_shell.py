@@ -1,4 +1,4 @@
-"""The bash tool and the command line, through the real entry point (issue 14): what bash may
+"""The bash tool and the command line, through the real entry point: what bash may
 reach inside bubblewrap and without it, that it never reads the terminal, that nothing it starts
 outlives it; every user error ends in one line and exit code 1; the closing chart is in tokens.
 The scripted servers listen on 127.0.0.1 only; the sandboxed shell has no network at all."""

@@ -1,4 +1,4 @@
-"""A terminal session nobody loses (issue 21), driven as a person drives it: `python tiny_agent.py`
+"""A terminal session nobody loses, driven as a person drives it: `python tiny_agent.py`
 on a pseudo-terminal (test_repl.Terminal), keys and Ctrl-C/Ctrl-D as the terminal sends them, and a
 scripted OpenAI-compatible server on 127.0.0.1 whose recorded request bodies show what the agent
 really sent. What must reach stderr as one line, or a pipe, runs the same entry point without a
@@ -499,7 +499,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_command_that_deletes_the_agents_records_does_not_delete_them(server, terminal, workspace, mode):
-    """Changed with issue 36: no name filter. Inside bubblewrap the whole records root is out of sight,
+    """No name filter. Inside bubblewrap the whole records root is out of sight,
     so even commands said yes to (--yes) find nothing to delete, by name or by search; without it
     such a command is asked, and no leaves the records as they are (README: what is not confined)."""
     folder = records(workspace)

@@ -1,4 +1,4 @@
-"""The page that shows every compaction (issue 38): `--view` (with a task, with --demo, with --resume,
+"""The page that shows every compaction: `--view` (with a task, with --demo, with --resume,
 written when the run ends) and `/view` in the REPL write one self-contained HTML file beside the
 session and print its path on a line of its own. The browser tests open it in headless Chromium with
 JavaScript off and read what it renders, at a phone's width and a desktop's, against what the run

@@ -1,4 +1,4 @@
-"""Issue 37: whatever arrives (a path, a server's text, a session file, a full disk, a paste, a
+"""Whatever arrives (a path, a server's text, a session file, a full disk, a paste, a
 secret, a window, a 429), the agent answers in one line and loses nothing. Each test drives the
 agent from outside: its command line through a pipe or a pseudo-terminal, against a scripted
 OpenAI-compatible server on 127.0.0.1, on a prepared folder."""
