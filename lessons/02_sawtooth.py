@@ -43,11 +43,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # compact.py and tiny_agent.py
 
-from dotenv import find_dotenv, load_dotenv  # noqa: E402  python-dotenv: the .env of this folder or one above it
 from compact import KEEP_RECENT, SUMMARY_TAG, THRESHOLD, find_cut, summarize, summary_message  # noqa: E402
-from tiny_agent import SYSTEM_PROMPT, Session, Workspace, run, tutorial_compaction  # noqa: E402
+from tiny_agent import SYSTEM_PROMPT, ConfigError, Session, Workspace, env_file, load_env, run, tutorial_compaction  # noqa: E402
 
-load_dotenv(find_dotenv(usecwd=True))  # a model set in .env writes the summaries, as in the other lessons
+try:  # a model set in the agent's settings writes the summaries, read as Layer 1 reads them (never the cwd's .env)
+    load_env(env_file())
+except ConfigError as error:
+    sys.exit(f"error: configuration: {error}")
 
 ABOVE = THRESHOLD  # compact above this many messages: the tutorial's 30
 KEEP = KEEP_RECENT  # and keep this many of the newest: the tutorial's 6

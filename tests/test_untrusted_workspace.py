@@ -325,3 +325,19 @@ def test_a_session_with_a_number_out_of_range_is_one_line(server, tmp_path, work
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and "Traceback" not in done.stderr and len(lines) == 1, done.stdout + done.stderr
     assert "is damaged and was left untouched" in lines[0] and "a number out of range" in lines[0], lines[0]
+
+
+# --- 1. Lessons read settings the way the agent does ----------------------------------------------
+
+def test_lesson_02_run_in_a_workspace_ignores_its_env(tmp_path):
+    """Lesson 02 run from a folder whose .env names a server and a model: it reads the agent's own
+    settings (here none), so its summaries stay the lesson's stand-in and no request is tried."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_API_KEY=planted\nMODEL=workspace-model\n")
+    env = {k: v for k, v in agent_env().items() if not k.startswith("OPENAI_") and k != "MODEL"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run([sys.executable, str(ROOT / "lessons" / "02_sawtooth.py")], cwd=ws, env=env,
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "[summary] summaries by: the lesson's stand-in (no model configured" in done.stdout, done.stdout[-2000:]
