@@ -586,6 +586,7 @@ import html  # noqa: E402
 import importlib  # noqa: E402
 import math  # noqa: E402
 import reprlib  # noqa: E402
+import shlex  # noqa: E402
 import shutil  # noqa: E402
 import stat  # noqa: E402
 import tempfile  # noqa: E402
@@ -1879,12 +1880,22 @@ def agent(args: argparse.Namespace, config: Config) -> int:
     finally:
         if one_task:
             save_session(session, config, path)
+        print(resume_hint(path, args))
         if args.view:
             write_view(session, path.with_suffix(".html"))
     if not one_task:
         return 0
     finish(session, answer)
     return 3 if answer == stopped(session.max_iterations) else 0
+
+
+def resume_hint(path: Path, args: argparse.Namespace) -> str:
+    """Where the session was saved and the command that continues it (the last saved for this
+    workspace is what --resume opens), or that nothing was saved."""
+    if not path.exists():
+        return "[saved] nothing: no turn was taken"
+    again = ["--demo", "--repl"] if args.demo else ["--workspace", args.workspace] * (args.workspace != ".")
+    return f"[saved] the session is in {clean(str(path))}; continue it: python tiny_agent.py {clean(shlex.join([*again, '--resume']))}"
 
 
 def asked_first(question: str) -> Callable:
@@ -2129,6 +2140,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
         shown = replace(config, model="the offline demo model")
         repl(session, shown, DemoModel(window=config.context_window), ws, path)
+        print(resume_hint(path, args))
         if args.view:
             write_view(session, path.with_suffix(".html"))
     return 0

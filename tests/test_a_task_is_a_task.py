@@ -2,8 +2,11 @@
 ends non-zero with one line that says how to configure a model or to ask for the demo; the demo
 runs when it is asked for, or when nothing is asked."""
 
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +34,16 @@ def test_the_demo_runs_when_asked_for_and_when_nothing_is_asked(tmp_path):
         assert ran.returncode == 0, ran.stderr
         assert "[demo] The model is a deterministic stand-in" in ran.stdout, ran.stdout
     assert "so the task is not run" in ran.stdout  # a task beside --demo says it was not run
+
+
+def test_exit_says_where_the_demo_session_was_saved_and_the_command_it_names_continues_it(tmp_path):
+    def repl(*args: str, typed: str) -> str:
+        ran = subprocess.run([sys.executable, str(ROOT / "tiny_agent.py"), *args], cwd=tmp_path, env=offline_env(),
+                             input=typed, capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+        return ran.stdout
+    first = repl("--demo", "--repl", "--max-iterations", "2", typed="hello\n/exit\n")
+    said = re.search(r"\[saved\] the session is in (.+); continue it: python tiny_agent.py (.+)", first)
+    assert said and Path(said[1]).is_file(), first[-400:]
+    assert "[resume] " in repl(*shlex.split(said[2]), typed="/exit\n")
+    assert "[saved] nothing: no turn was taken" in repl("--demo", "--repl", typed="/exit\n")

@@ -11,6 +11,7 @@ import codecs
 import json
 import os
 import re
+import shlex
 import secrets
 import select
 import signal
@@ -724,6 +725,20 @@ def test_a_new_session_keeps_the_saved_one_the_start_says_so_and_resume_takes_th
     third = run_agent(args + ["--resume", "third task"], env, tmp_path / "cwd")
     assert third.returncode == 0 and "[resume] 3 messages" in third.stdout
     assert [m["content"] for m in messages_of(script.turns[2])[1:]] == ["second task", "SECOND-ANSWER", "third task"]
+
+
+def test_the_end_of_a_task_says_where_the_session_was_saved_and_the_command_it_names_continues_it(
+        server, tmp_path, workspace):
+    script = Script(server, [chat_response("FIRST-ANSWER"), chat_response("SECOND-ANSWER")])
+    env = agent_env(script.base_url)
+    first = run_agent(["--workspace", str(workspace), "first task"], env, tmp_path / "cwd")
+    [line] = [line for line in first.stdout.splitlines() if line.startswith("[saved]")]
+    [name] = contents(records(workspace))
+    said = re.fullmatch(r"\[saved\] the session is in (.+); continue it: python tiny_agent.py (.+)", line)
+    assert said and Path(said[1]).name == name and Path(said[1]).is_file(), line
+    again = run_agent([*shlex.split(said[2]), "second task"], env, tmp_path / "cwd")
+    assert again.returncode == 0 and "[resume] 3 messages" in again.stdout, again.stdout + again.stderr
+    assert [m["content"] for m in messages_of(script.turns[1])[1:]] == ["first task", "FIRST-ANSWER", "second task"]
 
 
 def test_a_one_task_run_that_ends_on_a_server_error_is_saved(server, tmp_path, workspace):
