@@ -1880,9 +1880,11 @@ def agent(args: argparse.Namespace, config: Config) -> int:
     finally:
         if one_task:
             save_session(session, config, path)
-        print(resume_hint(path, args))
         if args.view:
             write_view(session, path.with_suffix(".html"))
+    if path.exists():  # a normal end; an error's end is its one line
+        if path.exists():
+            print(resume_hint(path, args))
     if not one_task:
         return 0
     finish(session, answer)
@@ -1891,9 +1893,7 @@ def agent(args: argparse.Namespace, config: Config) -> int:
 
 def resume_hint(path: Path, args: argparse.Namespace) -> str:
     """Where the session was saved and the command that continues it (the last saved for this
-    workspace is what --resume opens), or that nothing was saved."""
-    if not path.exists():
-        return "[saved] nothing: no turn was taken"
+    workspace is what --resume opens)."""
     again = ["--demo", "--repl"] if args.demo else ["--workspace", args.workspace] * (args.workspace != ".")
     return f"[saved] the session is in {clean(str(path))}; continue it: python tiny_agent.py {clean(shlex.join([*again, '--resume']))}"
 
@@ -2140,7 +2140,8 @@ def demo(args: argparse.Namespace, config: Config) -> int:
             print(f"[resume] {len(session.messages)} messages, strategy {config.strategy}")
         shown = replace(config, model="the offline demo model")
         repl(session, shown, DemoModel(window=config.context_window), ws, path)
-        print(resume_hint(path, args))
+        if path.exists():
+            print(resume_hint(path, args))
         if args.view:
             write_view(session, path.with_suffix(".html"))
     return 0
