@@ -4,8 +4,8 @@ Motto: summarize the middle, keep the head and the tail, and the history goes do
 The problem: lesson 01's loop re-sends every message until the server refuses the request.
 
 How it works: the tutorial's compactMessages, as compact.py Part I writes it. Before every model
-call the loop (tiny_agent.run) calls the compaction. Above THRESHOLD = 30 messages, compact_messages
-keeps the system prompt and the last KEEP_RECENT = 6, and replaces everything between them with
+call the loop (tiny_agent.run) calls the compaction. Above THRESHOLD messages (the tutorial's 30), compact_messages
+keeps the system prompt and the last KEEP_RECENT (the tutorial's 6), and replaces everything between them with
 one summary message:
 
     [system, task, call, r, r, r, call, r, r, r, ..., call, r, r, r]        34 messages
@@ -179,7 +179,7 @@ def main() -> None:
     walked = [b for b in befores if len(b) > ABOVE and find_cut(b, KEEP, head=1) < len(b) - KEEP]
     if not walked:
         print(f"[cut] len - {KEEP} stood on an assistant message at every compaction: nothing to walk back "
-              f"(KEEP = 6 lands inside a turn)")
+              f"(len - {KEEP} fell on the first message of a turn each time)")
     before = walked[0] if walked else befores[-1]
     naive, cut = len(before) - KEEP, find_cut(before, KEEP, head=1)
     for i in range(cut - 2, naive + 2) if walked else ():

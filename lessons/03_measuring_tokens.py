@@ -16,7 +16,7 @@ last one it measured costs only its new messages, so the check before every call
 new messages cost (lesson 15 measures it).
 
 The token net puts tokens under the message count: the sawtooth (Compactor(), the engine's default
-policy) compacts a list that passes `trigger` of its window even below the threshold of 30, and
+policy) compacts a list that passes `trigger` of its window even below THRESHOLD (the tutorial's 30), and
 find_cut_within keeps fewer recent messages until they take at most half of that many tokens
 (max_tokens), but never fewer than the newest tool-call group. When the
 server refuses a request anyway, is_context_overflow recognises each family's wording and
@@ -44,7 +44,7 @@ Run: python lessons/03_measuring_tokens.py
 import textwrap
 
 import show
-from compact import (ACK, Budget, Compactor, Tally, compact_messages, estimate_tokens, find_cut, find_cut_within,
+from compact import (KEEP_RECENT, THRESHOLD, ACK, Budget, Compactor, Tally, compact_messages, estimate_tokens, find_cut, find_cut_within,
                      heuristic_tokens, is_context_overflow, is_summary, message_tokens, refused_size,
                      summarize_extractive)
 from conversations import generate_conversation
@@ -127,12 +127,12 @@ def token_net() -> None:
     messages = parallel_calls_example()
     show.show(messages)
     untouched = compact_messages(messages, summarize_extractive) is messages
-    print(f"[net] {len(messages)} messages, ~{estimate_tokens(messages):,} tokens: below the threshold of 30, "
+    print(f"[net] {len(messages)} messages, ~{estimate_tokens(messages):,} tokens: below the threshold of {THRESHOLD}, "
           f"so without max_tokens nothing happens: {untouched}")
     for net in (NET, 600):
-        fit = find_cut_within(messages, 6, 1, net)
+        fit = find_cut_within(messages, KEEP_RECENT, 1, net)
         tail = estimate_tokens(messages[fit:]) - 3
-        print(f"[net] max_tokens={net:,}: keep_recent=6 would keep from {find_cut(messages, 6, 1)}; find_cut_within "
+        print(f"[net] max_tokens={net:,}: keep_recent={KEEP_RECENT} would keep from {find_cut(messages, KEEP_RECENT, 1)}; find_cut_within "
               f"keeps from {fit} ({messages[fit]['role']}), ~{tail:,} tokens"
               + (" (the newest group: never split)" if tail > net // 2 else f" ≤ half of {net:,}"))
     # the sawtooth with a NET-token window, nothing reserved: it compacts once the history passes it

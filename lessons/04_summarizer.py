@@ -43,7 +43,7 @@ import textwrap
 from types import SimpleNamespace
 
 import show
-from compact import (ACK, EXTRA_RULE, SECTIONS, SECTIONS_PROMPT, SUMMARY_PROMPT, Compactor, CompactState, SummaryGuard,
+from compact import (KEEP_RECENT, ACK, EXTRA_RULE, SECTIONS, SECTIONS_PROMPT, SUMMARY_PROMPT, Compactor, CompactState, SummaryGuard,
                      backfill, content_text, find_cut, is_summary, model_configured, parse_summary, summarize_extractive,
                      summarize_with_model, summary_window, text_tokens, transcript_chunks, transcript_lines,
                      user_requests)
@@ -161,7 +161,7 @@ def framed(messages: list[dict]) -> dict:
 
 def main() -> None:
     messages = generate_conversation(TURNS, seed=SEED).messages
-    middle = messages[1:find_cut(messages, 6, head=1)]  # what lesson 02's compact_messages would summarize
+    middle = messages[1:find_cut(messages, KEEP_RECENT, head=1)]  # what lesson 02's compact_messages would summarize
     task, latest = (content_text(m) for m in (user_requests(middle)[0], user_requests(middle)[-1]))
     show.banner("1. The middle becomes tagged lines")
     lines = tagged(middle)

@@ -14,8 +14,16 @@ from pathlib import Path
 import pytest
 
 from conftest import chat_response, cpu_seconds, lesson_command, offline_env, once_per_run
+from test_sawtooth import pins_the_tutorials_numbers
 
 ROOT = Path(__file__).resolve().parent.parent
+# the lessons whose printed lines (their markers, the guides' quotes) are the tutorial's 30 and 6 at work
+TUTORIAL_LESSONS = ("02_sawtooth.py", "03_measuring_tokens.py", "04_summarizer.py")
+
+
+def written_for_the_tutorial(lesson: str) -> None:
+    if lesson in TUTORIAL_LESSONS:
+        pins_the_tutorials_numbers(f"{lesson}'s markers and the guides' quotes of it are its output at 30 and 6")
 
 MARKERS = {
     "01_the_wall.py": ["[send] iteration  1:", "'code': 'context_length_exceeded'",
@@ -121,6 +129,7 @@ def runs() -> dict[str, list]:
 def test_lesson_runs_offline_and_prints_its_markers(runs, lesson):
     code, stdout, stderr = runs[lesson]
     assert code == 0, stderr
+    written_for_the_tutorial(lesson)
     missing = [marker for marker in MARKERS[lesson] if marker not in stdout]
     assert not missing, f"{lesson} did not print {missing}:\n{stdout}"
 
@@ -209,6 +218,8 @@ def test_lesson_02_runs_with_part_one_and_layer_one_alone(runs, tmp_path):
 
 @pytest.mark.parametrize("lesson, summaries", [("02_sawtooth.py", 3), ("04_summarizer.py", 1)])
 def test_lesson_summarizes_with_the_configured_model(fake_openai, lesson, summaries):
+    if lesson == "02_sawtooth.py":  # its three summaries are the tutorial's numbers at work
+        written_for_the_tutorial(lesson)
     server = fake_openai(lambda body: (200, chat_response("## Progress\n- summary written by the fake model")))
     env = offline_env(OPENAI_BASE_URL=os.environ["OPENAI_BASE_URL"], OPENAI_API_KEY="sk-test")
     code, stdout, stderr = finish(start(lesson, env))
@@ -263,6 +274,7 @@ def unquoted(guide: str, lesson: str, stdout: str) -> list[str]:
 def test_every_line_the_guides_quote_is_in_the_output(runs, guide, lesson):
     code, stdout, stderr = runs[lesson]
     assert code == 0, stderr
+    written_for_the_tutorial(lesson)
     missing = unquoted(guide, lesson, stdout)
     assert not missing, f"lessons/{guide} quotes lines {lesson} does not print:\n" + "\n".join(missing)
 

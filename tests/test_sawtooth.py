@@ -11,7 +11,7 @@ import json
 import pytest
 
 from conftest import sawtooth
-from compact import (ACK, LOST_RESULT, find_cut, find_problems, is_summary,
+from compact import (KEEP_RECENT, THRESHOLD, ACK, LOST_RESULT, find_cut, find_problems, is_summary,
                      parse_summary, summarize_extractive, summary_body)
 
 SYSTEM = {"role": "system", "content": "You are a careful coding agent."}
@@ -58,7 +58,13 @@ class Recorder:
         return self.text
 
 
-@pytest.mark.parametrize("n", [3, 29, 30])
+def pins_the_tutorials_numbers(why: str) -> None:
+    """One line for a fork that changed compact.py's THRESHOLD or KEEP_RECENT: which test holds the tutorial's."""
+    assert (THRESHOLD, KEEP_RECENT) == (30, 6), \
+        f"pins the tutorial's THRESHOLD = 30 and KEEP_RECENT = 6 (compact.py has {THRESHOLD} and {KEEP_RECENT}): {why}"
+
+
+@pytest.mark.parametrize("n", [3, THRESHOLD - 1, THRESHOLD])
 def test_at_or_below_the_threshold_nothing_changes(n):
     messages, summarize = history(n), Recorder()
     assert sawtooth(messages, summarize) is messages
@@ -67,6 +73,7 @@ def test_at_or_below_the_threshold_nothing_changes(n):
 
 
 def test_one_message_over_the_threshold_is_compacted_to_system_summary_and_tail():
+    pins_the_tutorials_numbers("the indexes below are the tutorial's walk-back, 31 - 6 = 25 to 24")
     messages, summarize = history(31), Recorder()
     out = sawtooth(messages, summarize)
     # the plain cut 31 - 6 = 25 lands on a tool result, so the tail starts at its call, 24
@@ -150,6 +157,7 @@ def test_a_summary_longer_than_what_it_replaces_returns_the_input_unchanged():
 
 
 def test_a_latest_request_in_the_summarized_middle_stays_verbatim_at_the_start_of_the_tail():
+    pins_the_tutorials_numbers("the request must fall in the middle and the tail be the last 6")
     request = {"role": "user", "content": "Also rename parse_money to parse_amount, and keep the old name as an alias."}
     messages = history(20) + [request] + [m for i in range(50, 60) for m in step(i)]
     summarize = Recorder()
@@ -307,6 +315,7 @@ def test_structured_summaries_roll_forward_so_first_facts_survive_three_compacti
 
 def test_without_a_summarizer_and_without_a_model_the_offline_summarizer_is_used():
     # the one extractive summarizer, the ladder's too
+    pins_the_tutorials_numbers("the header's counts are those of the tutorial's cut of 40 messages")
     messages = history(40)
     out = sawtooth(messages)
     assert out == sawtooth(messages, summarize_extractive)
