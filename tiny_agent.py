@@ -61,7 +61,7 @@ def run(session: Session, task: str, model: Callable, ws: Workspace, log=print) 
     session.messages.append({"role": "user", "content": safe_text(task)})
     for _ in range(session.max_iterations):
         compact_now(session, log=log)
-        reply = model(session.messages, TOOL_SCHEMAS)
+        reply = model(session.messages, tools_offered())
         session.messages.append(reply)
         if not reply.get("tool_calls"):
             return reply.get("content") or ""
@@ -382,10 +382,32 @@ def stop_all(proc: subprocess.Popen, known: set[int]) -> None:
             os.waitpid(pid, 0)
 
 
+# A tool is a function of the workspace and its arguments, and a schema the model reads (README: Fork
+# it). The model is offered the schemas of the tools in TOOLS, read at each request, so a tool
+# added or deleted after import is what the model sees, what --help lists and what the budget counts.
 TOOLS = {"bash": bash}  # name -> function(ws, **arguments); Layer 2 registers more
 TOOL_SCHEMAS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command in the workspace.",
                  "parameters": {"type": "object", "properties": {"command": {"type": "string", "description":
                                                                               "the command"}}, "required": ["command"]}}}]
+JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+             type(None): "null"}  # what json.loads makes of each JSON type
+
+
+def tools_offered() -> list[dict]:
+    """The schemas of the tools in TOOLS, as the next request sends them."""
+    return [s for s in TOOL_SCHEMAS if s["function"]["name"] in TOOLS]
+
+
+def wrong_types(schema: dict, args: dict) -> list[str]:
+    """Each argument whose JSON type is not one its schema declares (an integer is a number too)."""
+    declared = schema["function"]["parameters"].get("properties", {})
+    wrong = []
+    for name, value in args.items():
+        allowed = declared.get(name, {}).get("type") or list(JSON_TYPE.values())
+        allowed, got = [allowed] if isinstance(allowed, str) else allowed, JSON_TYPE[type(value)]
+        if got not in allowed and not (got == "integer" and "number" in allowed):
+            wrong.append(f"{name} must be {' or '.join(allowed)}, not {got}")
+    return wrong
 
 
 SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD)$")  # a setting whose value is a secret
@@ -407,14 +429,15 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
         args = json.loads(arguments or "{}")
         if not isinstance(args, dict):
             raise ToolError("arguments must be a JSON object")
-        if name not in TOOLS:
+        schema = next((s for s in tools_offered() if s["function"]["name"] == name), None)
+        if schema is None:
             raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}")
         try:
             inspect.signature(TOOLS[name]).bind(ws, **args)
         except TypeError as error:
             raise ToolError(f"wrong arguments for {name}: {error}") from None
-        if any(not isinstance(v, str) for v in args.values()):
-            raise ToolError(f"the arguments of {name} must be strings")
+        if wrong := wrong_types(schema, args):
+            raise ToolError(f"the arguments of {name}: {'; '.join(wrong)} (its schema says so)")
         return safe_text(own_secrets_masked(TOOLS[name](ws, **args)))
     except (json.JSONDecodeError, RecursionError) as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
@@ -749,7 +772,7 @@ def server_model(config: Config, log=print, reserve: Callable[[], int] | None = 
             reply = ask(messages, tools)
         if tools and not warned and tools_dropped(messages, reply):
             warned.append(True)
-            log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=request_tokens(messages, None, SCHEMA_TOKENS)))
+            log(DROPPED_TOOLS.format(counted=reply["usage"], estimate=request_tokens(messages, None, schema_tokens())))
         return reply
     return call
 
@@ -764,7 +787,7 @@ def tools_dropped(messages: list[dict], reply: dict) -> bool:
     """The server saw far fewer tokens than the messages and the schemas hold, and no tool call has
     come back yet: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
     counted = reply.get("usage") or 0
-    return (counted > 0 and counted + SCHEMA_TOKENS // 2 < request_tokens(messages, None, SCHEMA_TOKENS)
+    return (counted > 0 and counted + schema_tokens() // 2 < request_tokens(messages, None, schema_tokens())
             and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
@@ -1041,7 +1064,11 @@ TOOL_SCHEMAS.extend([
             query="words to find, or #N")])
 # The schemas go with every request, rendered by the server's template. Counted as their JSON: on
 # llama.cpp's function-calling template a first request was estimated within 3% (tests/live).
-SCHEMA_TOKENS = estimate_tokens(json.dumps(TOOL_SCHEMAS))
+
+
+def schema_tokens() -> int:
+    """The tokens the schemas of the tools offered add to every request, counted as their JSON."""
+    return estimate_tokens(json.dumps(tools_offered()))
 
 
 # --- Strategies: the one place that maps --strategy to a compaction (lessons 02-03) ----------
@@ -1115,7 +1142,7 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
     reply's reserve and the tool schemas as its budget, and the recent files it re-attaches read
     from the workspace. `summarize` None: the model if configured, else the extractive summary."""
     compactor = Compactor(context_window=config.context_window, reserved_output=config.reserved_output,
-                          policy=config.strategy, fixed_tokens=SCHEMA_TOKENS, summarize=summarize, archive=archive,
+                          policy=config.strategy, fixed_tokens=schema_tokens(), summarize=summarize, archive=archive,
                           reattach=functools.partial(current_text, ws) if ws else None,
                           precise_tools=config.precise_tools,  # --threshold and --keep-recent where the policy has them
                           **{name: getattr(config, name) for name in ("threshold", "keep_recent")
@@ -1147,8 +1174,8 @@ def describe_compaction(strategy: Strategy, before: list[dict], after: list[dict
     when it gave one), each step that removed something, and the rule of compact_messages that
     fired with what it kept."""
     counted = "the model's last count, plus new messages" if strategy.usage else "estimated"
-    line = (f", request ~{request_tokens(before, strategy.usage, SCHEMA_TOKENS):,} tokens ({counted}) → "
-            f"~{request_tokens(after, None, SCHEMA_TOKENS):,} estimated")
+    line = (f", request ~{request_tokens(before, strategy.usage, schema_tokens()):,} tokens ({counted}) → "
+            f"~{request_tokens(after, None, schema_tokens()):,} estimated")
     for name, was, now, _ in strategy.compactor.report:
         line += f"\n          {name:<11} {was - now:>+8,} tokens removed" * (was > now)
     return line + f"\n          rule: {fired_rule(strategy.compactor, before)}; kept: {kept_parts(after)}"
@@ -1304,6 +1331,8 @@ def load_config(env: dict | None = None, **overrides) -> Config:
                 (config.threshold <= config.keep_recent, f"--threshold {config.threshold} must be larger than "
                  f"--keep-recent {config.keep_recent}"),
                 (config.max_iterations < 1, f"--max-iterations {config.max_iterations}: allow at least 1"),
+                (bool(unknown := [t for t in config.precise_tools if t not in TOOLS]), f"PRECISE_TOOLS (--precise-"
+                 f"tools): no tool named {', '.join(map(repr, unknown))}; the tools are {', '.join(TOOLS)}"),
                 (config.reserved_output * 2 >= config.context_window, f"MAX_OUTPUT_TOKENS={config.max_output} "
                  f"leaves no room in CONTEXT_WINDOW={config.context_window}: keep it under half the window")]
     for wrong, message in problems:
@@ -1762,7 +1791,7 @@ def command(session: Session, config: Config, line: str, ws: Workspace,
 def context_meter(session: Session, config: Config, width: int = 40) -> str:
     """What the next request holds, by kind, in tokens and as a share of the window; then the
     statistics every strategy shares (compact.compaction_stats)."""
-    kinds = {"system prompt": 0, "tool schemas": SCHEMA_TOKENS, "summary": 0, "pinned constraints": 0,
+    kinds = {"system prompt": 0, "tool schemas": schema_tokens(), "summary": 0, "pinned constraints": 0,
              "tool results": 0, "other messages": 0}
     c = session.compaction
     config = replace(config, context_window=c.state.window or config.context_window)
@@ -1807,7 +1836,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--session", metavar="NAME", help="continue this saved session of the workspace (--resume lists them)")
     p.add_argument("--view", action="store_true", help="when the run ends, write a page that shows every compaction "
                    "(HTML, beside the session) and print its path")
-    p.add_argument("--precise-tools", help="comma-separated tools whose results are never compressed (PRECISE_TOOLS)")
+    p.add_argument("--precise-tools", help=f"comma-separated tools (of {', '.join(TOOLS)}) whose results are never "
+                   "compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
     p.add_argument("--threshold", type=int, help=f"sawtooth: compact above this many messages (default: {THRESHOLD})")
@@ -1850,8 +1880,33 @@ def command_line_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"--workspace {args.workspace}: " + ("is a file, not a folder" if workspace.exists()
                                                               else "no such folder"))
     precise = tuple(t for t in re.split(r"[,\s]+", args.precise_tools or "") if t) or None
-    return load_config(strategy=args.strategy, max_iterations=args.max_iterations, threshold=args.threshold,
-                       keep_recent=args.keep_recent, precise_tools=precise)
+    config = load_config(strategy=args.strategy, max_iterations=args.max_iterations, threshold=args.threshold,
+                         keep_recent=args.keep_recent, precise_tools=precise)
+    check_options_apply(config.strategy, args)
+    return config
+
+
+# Which strategies use each option of the compaction, read from their policies (compact.POLICIES).
+STRATEGY_OPTIONS = {"threshold": lambda policy: "threshold" in policy, "keep_recent": lambda policy: "keep_recent" in policy,
+                    "precise_tools": lambda policy: bool(policy["layers"])}
+
+
+def check_options_apply(strategy: str, args: argparse.Namespace) -> None:
+    """An option given for the compaction that `strategy` does not use is one line naming those that do."""
+    for name, uses in STRATEGY_OPTIONS.items():
+        if getattr(args, name) is not None and not uses(POLICIES[strategy]):
+            users = ", ".join(s for s in STRATEGIES if uses(POLICIES[s]))
+            raise ConfigError(f"--{name.replace('_', '-')}: --strategy {strategy} does not use it (the strategies "
+                              f"that do: {users})")
+
+
+def resumed_config(config: Config, saved: dict | None, args: argparse.Namespace) -> Config:
+    """The settings a saved session continues with: its own strategy unless --strategy names one,
+    and the options given for the compaction checked against it."""
+    if saved and not args.strategy:
+        config = replace(config, strategy=saved["strategy"])
+        check_options_apply(config.strategy, args)
+    return config
 
 
 def agent(args: argparse.Namespace, config: Config) -> int:
@@ -1861,8 +1916,7 @@ def agent(args: argparse.Namespace, config: Config) -> int:
     ws = AgentWorkspace(Path(args.workspace), approve=(lambda _: "y") if args.yes else ask_on_terminal,
                         timeout=config.bash_timeout)
     path, saved = start_records(folder, args.session or args.resume)
-    if saved and not args.strategy:
-        config = replace(config, strategy=saved["strategy"])  # resume what the session chose
+    config = resumed_config(config, saved, args)
     session = new_session(config, archive_dir=folder / "archive", ws=ws)
     if saved:
         resume_session(session, saved)
@@ -2131,8 +2185,7 @@ def demo(args: argparse.Namespace, config: Config) -> int:
         ws = AgentWorkspace(folder)
         records = records_folder(HERE, label="demo")
         path, saved = start_records(records, args.session or args.resume)
-        if saved and not args.strategy:
-            config = replace(config, strategy=saved["strategy"])
+        config = resumed_config(config, saved, args)
         session = new_session(config, summarize_extractive, archive_dir=records / "archive", ws=ws)
         print(DEMO_SAYS + f"\n[shell] {shell_mode(ws)}")
         if saved:

@@ -80,7 +80,7 @@ def main():
         print("[stand-in] The model is a fixed Python script, not a language model; the loop, the tools "
               "and the compactor are the real code.")
         # the budget make_compaction gives its Compactor: the window, the answer's reserve, the schemas
-        budget = Budget(config.context_window, config.reserved_output, fixed_tokens=tiny_agent.SCHEMA_TOKENS)
+        budget = Budget(config.context_window, config.reserved_output, fixed_tokens=tiny_agent.schema_tokens())
         effective = budget.effective(session.messages)
         print(f"[forced] trigger {budget.trigger:.0%} = {budget.trigger * effective:,.0f} history tokens, "
               f"target {budget.target:.0%} = {budget.target * effective:,.0f}")

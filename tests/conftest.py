@@ -345,3 +345,11 @@ def compacting_policies() -> list[str]:
     """Every policy of the engine that compacts: "none" has no steps, it sends the history as it grows."""
     import compact
     return [name for name, policy in compact.POLICIES.items() if policy["layers"]]
+
+
+def options_for(strategy: str, **values: int) -> list[str]:
+    """The compaction options among `values` (threshold=12, keep_recent=4) that `strategy` uses, as
+    command-line words (an option the strategy does not use is an error)."""
+    import compact
+    policy = compact.POLICIES[strategy]
+    return [word for name, value in values.items() if name in policy for word in (f"--{name.replace('_', '-')}", str(value))]

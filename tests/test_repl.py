@@ -24,7 +24,7 @@ from pathlib import Path
 
 import compact
 import pytest
-from conftest import ROOT, FakeOpenAI, chat_response
+from conftest import ROOT, FakeOpenAI, chat_response, options_for
 from pytest_httpserver import HTTPServer
 
 AGENT = ROOT / "tiny_agent.py"
@@ -432,11 +432,11 @@ def test_the_trigger_context_shows_is_where_compaction_starts(server, terminal):
     """/context said the history was under the trigger, and the next question compacted it: the
     mark is drawn at 70% of the window, but the sawtooth starts at 70% of the window less the
     reserved output (61% by default)."""
-    from tiny_agent import SCHEMA_TOKENS, SYSTEM_PROMPT
+    from tiny_agent import SYSTEM_PROMPT, schema_tokens
     from compact import estimate_tokens
     window = 4000
     words = 1
-    while SCHEMA_TOKENS + estimate_tokens([{"role": "system", "content": SYSTEM_PROMPT},
+    while schema_tokens() + estimate_tokens([{"role": "system", "content": SYSTEM_PROMPT},
                                            {"role": "user", "content": "first question"},
                                            {"role": "assistant", "content": "word " * words}]) < 0.66 * window:
         words += 10
@@ -466,7 +466,7 @@ def long_enough(t: Terminal, n: int = 4) -> None:
 @pytest.mark.parametrize("strategy", ["sawtooth", "hybrid", "layered"])
 def test_compact_with_a_focus_reaches_the_summarizer(server, terminal, strategy):
     script = Script(server, answers(4) + [chat_response("AFTER")])
-    t = terminal(script, "--strategy", strategy, "--keep-recent", "2", SUMMARY_MODEL="summary-model")
+    t = terminal(script, "--strategy", strategy, *options_for(strategy, keep_recent=2), SUMMARY_MODEL="summary-model")
     long_enough(t)
     shown = t.ask("/compact the parser bug in line 42")
     assert re.search(r"\[compact\] 9 → \d+ messages", shown), shown
@@ -503,7 +503,7 @@ def test_context_times_the_summarizers_failures_and_warns_while_summaries_are_de
     an error message fails three compactions in a row; /context then says when, and that summaries
     are degraded while the breaker is open."""
     script = Script(server, answers(8), summary="Error: the summary model is overloaded")
-    t = terminal(script, "--strategy", strategy, "--keep-recent", "2")
+    t = terminal(script, "--strategy", strategy, *options_for(strategy, keep_recent=2))
     long_enough(t)
     for n in range(3):  # two more questions between compactions, so each has turns to summarize
         for i in (4 + 2 * n - 2, 4 + 2 * n - 1) if n else ():

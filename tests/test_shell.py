@@ -255,9 +255,24 @@ def test_a_workspace_that_does_not_exist_without_a_model(tmp_path):
     (["--max-iterations", "-3"], "--max-iterations -3: allow at least 1"),
     (["--keep-recent", "0"], "--keep-recent 0: keep at least 1 message"),
     (["--threshold", "-5", "--keep-recent", "100"], "--threshold -5 must be larger than --keep-recent 100"),
+    # an option the chosen strategy does not use, with the strategies that do use it
+    (["--keep-recent", "10", "--strategy", "layered"], "--keep-recent: --strategy layered does not use it "
+                                                        "(the strategies that do: sawtooth, hybrid"),
+    (["--threshold", "20", "--strategy", "hybrid"], "--threshold: --strategy hybrid does not use it"),
+    (["--precise-tools", "bash", "--strategy", "none"], "--precise-tools: --strategy none does not use it"),
+    (["--precise-tools", "bash,db_query"], "no tool named 'db_query'; the tools are bash, read_file"),
 ])
 def test_an_option_that_cannot_work(tmp_path, args, expected):
     assert_one_line_error(cli(tmp_path, args, agent_env()), expected)
+
+
+def test_an_option_the_resumed_sessions_strategy_does_not_use_is_an_error():
+    """Resumed without --strategy, a session continues with the strategy it was saved with; a
+    --keep-recent that strategy does not use is checked against it, not against the default."""
+    args = tiny_agent.parse_args(["--keep-recent", "3", "--resume"])
+    with pytest.raises(tiny_agent.ConfigError, match="--strategy layered does not use it"):
+        tiny_agent.resumed_config(tiny_agent.Config(), {"strategy": "layered"}, args)
+    assert tiny_agent.resumed_config(tiny_agent.Config(), {"strategy": "hybrid"}, args).strategy == "hybrid"
 
 
 def test_strategy_none_on_the_demo_says_none_does_not_compact(tmp_path):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TOKENS_EXTRA, chat_response
+from conftest import TOKENS_EXTRA, chat_response, options_for
 from test_repl import (AGENT, DEADLINE, SUMMARY, Script, Terminal, agent_env, answers,  # noqa: F401
                        assert_one_line_error, assert_valid, latest, long_enough, messages_of, quit_cleanly, records,
                        run_agent, server, terminal, tool_call, wait_until, workspace)
@@ -246,7 +246,7 @@ def test_resume_comes_back_with_the_strategy_chosen_in_the_repl_and_the_ladders_
     quit_cleanly(t)
     saved = json.loads(latest(records(workspace)).read_text())
     assert saved["strategy"] == "layered" and saved["state"]["compactions"] == 1 and saved["state"]["summary"]
-    again = terminal(script, "--resume", "--keep-recent", "2")
+    again = terminal(script, "--resume")  # layered keeps no recent messages: --keep-recent would be an error
     again.expect(f"[resume] {len(saved['messages'])} messages, strategy layered\r\n")
     again.expect("[repl] model test-model, strategy layered.")
     assert again.ask("/context").splitlines()[-2] == stats  # the ladder's compactions and savings are back
@@ -427,13 +427,13 @@ def meter_total(meter: str) -> int:
 @pytest.mark.parametrize("strategy", ["sawtooth", "layered"])
 def test_context_after_a_compaction_shows_the_history_after_it_and_the_stats(server, terminal, workspace, strategy):
     script = Script(server, answers(4))
-    t = terminal(script, "--strategy", strategy, "--keep-recent", "2", **TOKENS_EXTRA)  # counts as this test does
+    t = terminal(script, "--strategy", strategy, *options_for(strategy, keep_recent=2), **TOKENS_EXTRA)  # counts as this test does
     long_enough(t)
     before = t.ask("/context")
     assert re.search(r"\[compact\] 9 → \d+ messages", t.ask("/compact"))
     meter = t.ask("/context")
     saved = json.loads(latest(records(workspace)).read_text())
-    after = tiny_agent.SCHEMA_TOKENS + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
+    after = tiny_agent.schema_tokens() + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
     assert meter_total(meter) == after < meter_total(before)
     assert re.search(r"^\[stats\] compactions: 0, tokens saved: 0\r?$", before, re.M), before
     stats = re.search(r"^\[stats\] compactions: 1, tokens saved: ([\d,]+)\r?$", meter, re.M)
@@ -483,7 +483,7 @@ def test_the_demo_repl_runs_keylessly_and_resume_continues_it(tty):
     again = tty(["--demo", "--repl", "--resume"], agent_env(**TOKENS_EXTRA))  # counts as this test does
     again.expect(f"[resume] {n} messages")
     meter = again.ask("/context")
-    total = tiny_agent.SCHEMA_TOKENS + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
+    total = tiny_agent.schema_tokens() + sum(compact.estimate_tokens([m]) - 3 for m in saved["messages"])
     assert meter_total(meter) == total  # the saved history, not a fresh one
     assert re.search(r"agent> \[demo model\] Surveyed \d+ Python files", again.ask("survey it again"))
     quit_cleanly(again)

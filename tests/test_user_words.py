@@ -12,7 +12,7 @@ import re
 import compact
 import pytest
 import tiny_agent
-from conftest import sawtooth, FakeOpenAI, chat_response, compacting_policies
+from conftest import sawtooth, FakeOpenAI, chat_response, compacting_policies, options_for
 from pytest_httpserver import HTTPServer
 from test_repl import Terminal, agent_env
 
@@ -69,7 +69,7 @@ def notes(workspace) -> None:
 def run_repl(script: Forgetful, workspace, tmp_path, strategy: str) -> str:
     """Both questions typed at the REPL's prompt; what the terminal showed."""
     env = agent_env(script.base_url, CONTEXT_WINDOW="4000", XDG_STATE_HOME=str(tmp_path / "state"))
-    t = Terminal(["--workspace", str(workspace), "--strategy", strategy, "--threshold", "12", "--keep-recent", "4"],
+    t = Terminal(["--workspace", str(workspace), "--strategy", strategy, *options_for(strategy, threshold=12, keep_recent=4)],
                  env, tmp_path)
     try:
         shown = t.ask(TASK) + t.ask(LATEST)

@@ -216,7 +216,7 @@ def replayed(turns: int, strategy: str, folder: Path, seed: int = 0, window: int
     session.messages = conversation[:1]
     replies = iter([m for m in conversation if m["role"] == "assistant"])
     model = tiny_agent.served(session, lambda messages, tools: {**next(replies), "usage": compact.estimate_tokens(
-        messages) + tiny_agent.SCHEMA_TOKENS}, log=lambda line: None)
+        messages) + tiny_agent.schema_tokens()}, log=lambda line: None)
     for message in conversation[1:]:
         if message["role"] == "assistant":
             tiny_agent.compact_now(session, log=lambda line: None)

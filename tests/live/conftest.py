@@ -33,21 +33,24 @@ class Server:
     calls_tools: bool  # the server renders the tool schemas, so the model can call tools
 
 
-# name -> (environment variable, model, calls_tools): what RESPONSES.md measured about each
+# name -> (environment variable, model, calls_tools, how to start it): what RESPONSES.md measured about each
 SERVERS = {
-    "llama-cpp-python": ("LIVE_BASE_URL", LIVE_MODEL, True),
-    "llama-server": ("LIVE_SERVER_URL", "smollm2", False),  # SmolLM2's template renders no tools
-    "llama-server-nojinja": ("LIVE_NOJINJA_URL", "smollm2", False),
-    "llama-server-gemma": ("LIVE_GEMMA_URL", "gemma", False),
+    "llama-cpp-python": ("LIVE_BASE_URL", LIVE_MODEL, True, "bash tests/live/serve_llama.sh --background", 8765),
+    # SmolLM2's template renders no tools
+    "llama-server": ("LIVE_SERVER_URL", "smollm2", False, "PORT=8766 bash tests/live/serve_llama_server.sh --background", 8766),
+    "llama-server-nojinja": ("LIVE_NOJINJA_URL", "smollm2", False,
+                             "JINJA=0 PORT=8767 bash tests/live/serve_llama_server.sh --background", 8767),
+    "llama-server-gemma": ("LIVE_GEMMA_URL", "gemma", False,
+                           "MODEL=gemma PORT=8768 bash tests/live/serve_llama_server.sh --background", 8768),
 }
 
 
 def live_server(name: str) -> Server:
-    """The server called `name`, or skip the test when its URL is not set."""
-    variable, model, calls_tools = SERVERS[name]
+    """The server called `name`, or skip the test, saying how to start that server, when its URL is not set."""
+    variable, model, calls_tools, start, port = SERVERS[name]
     url = os.environ.get(variable, "").rstrip("/")
     if not url:
-        pytest.skip(f"live tests: set {variable} (see tests/live/conftest.py)")
+        pytest.skip(f"no {name} is running: start it ({start}), then set {variable}=http://127.0.0.1:{port}/v1")
     return Server(name, url, model, calls_tools)
 
 

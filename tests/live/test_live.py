@@ -59,7 +59,7 @@ def test_the_first_request_is_estimated_within_15_percent_of_the_servers_count(l
     monkeypatch.setenv("CONTEXT_WINDOW", "2048")
     session = tiny_agent.new_session(tiny_agent.load_config())
     session.messages.append({"role": "user", "content": TASK})
-    estimate = compact.request_tokens(session.messages, None, tiny_agent.SCHEMA_TOKENS)
+    estimate = compact.request_tokens(session.messages, None, tiny_agent.schema_tokens())
     model = tiny_agent.openai_model(OpenAI(base_url=live_base_url, api_key="x", max_retries=0), live_model,
                                     read=tiny_agent.read_whole_reply)  # Layer 2's reader keeps the server's count
     counted = model(session.messages, tiny_agent.TOOL_SCHEMAS)["usage"]

@@ -1,0 +1,86 @@
+"""A tool is a function: the README's "Add a tool, remove one" block, run as a fork would run it, from
+outside, against a scripted server. Its arguments arrive as the JSON types its schema declares, a
+call whose types do not match gets one line back, and everything derived from the tools (the list
+the model sees, the schemas' tokens in the budget, --help) is read when it is used."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import compact
+import tiny_agent
+from conftest import ROOT, chat_response
+
+
+def fork_file(tmp_path):
+    """The README's block, written where a fork would keep it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```python\n(# my_agent\.py.*?)```", readme, re.S)
+    assert block, "README: the Fork it block that adds a tool"
+    path = tmp_path / "my_agent.py"
+    path.write_text(block[1], encoding="utf-8")
+    return path
+
+
+def run_fork(path, *args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(path), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+
+
+def tools_sent(body: dict) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+def test_the_readmes_added_tool_runs_with_its_declared_types_and_the_removed_one_is_gone(fake_openai, tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("one\ntwo\nthree\n")
+    calls = [("c1", "count_lines", {"path": "notes.txt", "at_least": 5}),
+             ("c2", "count_lines", {"path": "notes.txt", "at_least": "5"}),
+             ("c3", "recall", {"query": "notes"})]
+    server = fake_openai(lambda body: (200, chat_response(tool_calls=calls) if len(server.requests) == 1
+                                       else chat_response("notes.txt has 3 lines")))
+    done = run_fork(fork_file(tmp_path), "--workspace", str(workspace), "how long is notes.txt?", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "notes.txt has 3 lines" in done.stdout
+    first, second = server.requests
+    assert "count_lines" in tools_sent(first) and "recall" not in tools_sent(first), tools_sent(first)
+    results = {m["tool_call_id"]: m["content"] for m in second["messages"] if m["role"] == "tool"}
+    assert results["c1"] == "3 lines, fewer than 5"  # the integer arrived as an int
+    assert results["c2"].startswith("error: ") and "at_least must be integer, not string" in results["c2"]
+    assert results["c3"].startswith("error: unknown tool 'recall'")
+
+
+def test_help_and_precise_tools_know_the_tools_the_fork_has(tmp_path):
+    fork = fork_file(tmp_path)
+    shown = run_fork(fork, "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and "count_lines" in shown.stdout, shown.stdout
+    assert "recall" not in " ".join(shown.stdout.split()).split("--precise-tools")[-1].split("whose")[0]
+    refused = run_fork(fork, "--precise-tools", "recall", "--demo", cwd=tmp_path)
+    assert refused.returncode == 1 and "no tool named 'recall'" in refused.stderr, refused.stderr
+
+
+def test_a_tool_added_after_import_is_counted_in_the_budget_and_offered(monkeypatch):
+    schema = {"type": "function", "function": {"name": "lookup", "description": "Look a word up in a long glossary.",
+              "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}}
+    before = tiny_agent.make_compaction(tiny_agent.Config()).compactor.fixed_tokens
+    monkeypatch.setitem(tiny_agent.TOOLS, "lookup", lambda ws, word: word)
+    monkeypatch.setattr(tiny_agent, "TOOL_SCHEMAS", [*tiny_agent.TOOL_SCHEMAS, schema])
+    after = tiny_agent.make_compaction(tiny_agent.Config()).compactor.fixed_tokens
+    assert after == compact.estimate_tokens(json.dumps(tiny_agent.tools_offered())) > before
+    assert tiny_agent.tools_offered()[-1] is schema
+
+
+@pytest.mark.parametrize("declared, value, fits", [
+    ("integer", 5, True), ("integer", True, False), ("integer", 5.5, False), ("number", 5, True),
+    ("number", 5.5, True), ("boolean", True, True), ("boolean", 1, False), ("array", ["a"], True),
+    ("object", {}, True), ("string", 5, False), (["string", "null"], None, True), ("null", 0, False),
+])
+def test_an_argument_fits_only_the_json_type_its_schema_declares(declared, value, fits):
+    schema = {"function": {"parameters": {"properties": {"x": {"type": declared}}}}}
+    assert (tiny_agent.wrong_types(schema, {"x": value}) == []) == fits
