@@ -165,6 +165,7 @@ class Compactor:
     summarize: Callable | None = None  # (messages, focus) -> str; None: model if configured, else offline
     archive: Archive | None = None  # where everything that leaves is written first
     reattach: Callable[[str], str | None] | None = None  # reads a file's current text, or None
+    where_set: Callable[[str], str] = "{} in .env".format  # where a hint tells a person to change a setting
     state: CompactState = field(default_factory=lambda: CompactState())
     guard: SummaryGuard = field(init=False)
     tally: Tally = field(init=False, repr=False, compare=False)  # the history's tokens, summed once
@@ -223,7 +224,7 @@ def settle(engine: Compactor) -> None:
     if isinstance(summarize, SummaryGuard):
         engine.guard, engine.state = summarize, summarize.state
     else:
-        engine.guard = SummaryGuard(summarize, offline, state=engine.state)
+        engine.guard = SummaryGuard(summarize, offline, state=engine.state, where_set=engine.where_set)
     engine.tally = Tally()
 
 
@@ -439,7 +440,8 @@ def refused_window(engine: Compactor, error: Exception) -> int | None:
     if window and window < (engine.state.window or engine.context_window):
         engine.state.window = window
         print(f"[settings] the server's window is {window:,} tokens, not CONTEXT_WINDOW={engine.context_window:,}: "
-              f"compacting for {window:,} from now on; set CONTEXT_WINDOW={window} in .env for the next run")
+              f"compacting for {window:,} from now on; set {engine.where_set('CONTEXT_WINDOW')} to {window} for the "
+              "next run")
     return refused_size(error) or 0
 
 
@@ -1818,6 +1820,7 @@ class SummaryGuard:
     confidence: bool = False  # label unverified lines with the share of their facts found
     state: CompactState = field(default_factory=lambda: CompactState())  # the failures, counted once
     stood_in: str = ""  # why the offline summary stood in for the model at the last call; "" if it did not
+    where_set: Callable[[str], str] = "{} in .env".format  # where its hint says SUMMARY_MODEL is set
 
     def __call__(self, messages: list[dict], focus: str | None = None, request: str | None = None,
                  confidence: bool | None = None, **options) -> str:
@@ -1847,7 +1850,7 @@ class SummaryGuard:
         """Count a failure in the state, say it in one line, and open the breaker after enough in a row."""
         state, reason, hint = self.state, f"{type(error).__name__}: {str(error)[:160]}", ""
         if getattr(error, "status_code", 0) == 404 and "model" in str(error).lower() and "SUMMARY_MODEL" not in state.last_error:
-            hint = f"; the server has no model {summary_model()!r}: set SUMMARY_MODEL in .env"  # said once
+            hint = f"; the server has no model {summary_model()!r}: set {self.where_set('SUMMARY_MODEL')}"  # said once
         state.failures, state.failing, state.last_error = state.failures + 1, state.failing + 1, reason + hint
         state.failed_at.append(time.time())
         code = getattr(error, "status_code", None)  # the server's own words: /context prints them, cleaned

@@ -1144,7 +1144,8 @@ def make_compaction(config: Config, summarize: Callable | None = None, archive: 
     compactor = Compactor(context_window=config.context_window, reserved_output=config.reserved_output,
                           policy=config.strategy, fixed_tokens=schema_tokens(), summarize=summarize, archive=archive,
                           reattach=functools.partial(current_text, ws) if ws else None,
-                          precise_tools=config.precise_tools,  # --threshold and --keep-recent where the policy has them
+                          precise_tools=config.precise_tools, where_set=setting,
+                          # --threshold and --keep-recent where the policy has them
                           **{name: getattr(config, name) for name in ("threshold", "keep_recent")
                              if name in POLICIES[config.strategy]})
     return Strategy(config.strategy, compactor, archive)

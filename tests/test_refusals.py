@@ -202,7 +202,7 @@ def test_a_server_with_a_smaller_window_than_configured_is_compacted_for_and_the
     ws = tiny_agent.AgentWorkspace(tmp_path, approve=lambda command: "n", sandbox=False)
     model = tiny_agent.openai_model(tiny_agent.make_client(), "m")
     assert tiny_agent.run_agent(session, "read the notes forty times", model, ws, log=log.append) == "done"
-    told = [line for line in capsys.readouterr().out.splitlines() if "set CONTEXT_WINDOW=4000" in line]
+    told = [line for line in capsys.readouterr().out.splitlines() if "set CONTEXT_WINDOW in " in line and "to 4000 for the next run" in line]
     assert len(told) == 1 and "the server's window is 4,000 tokens" in told[0], log
     assert len(refusals) <= 2, refusals  # before: refused again every few requests
     assert session.compaction.state.window == 4000

@@ -294,9 +294,13 @@ def test_a_refusal_that_names_a_smaller_window_lowers_max_tokens_too(server, tmp
                                    "code": "context_length_exceeded"}}
         return 200, chat_response("FITS")
     base = FakeOpenAI(server, reply).base_url
-    done = run_agent(["--workspace", str(workspace), "hello"], agent_env(base), tmp_path / "cwd")
+    settings = tmp_path / "mine.env"
+    settings.write_text("SEND_REASONING=1\n")
+    done = run_agent(["--workspace", str(workspace), "--env-file", str(settings), "hello"], agent_env(base), tmp_path / "cwd")
     assert done.returncode == 0 and "[answer] FITS" in done.stdout, done.stdout + done.stderr
-    assert "[settings] the server's window is 4,096 tokens" in done.stdout
+    # the hint names the file the settings are read from, not the workspace's .env
+    assert (f"[settings] the server's window is 4,096 tokens, not CONTEXT_WINDOW=128,000: compacting for 4,096 from "
+            f"now on; set CONTEXT_WINDOW in {settings} to 4096 for the next run") in done.stdout, done.stdout
     assert bodies[0]["max_tokens"] == 16_000 and counted(bodies[-1]) + bodies[-1]["max_tokens"] <= 4_096
 
 
