@@ -175,8 +175,7 @@ class Compactor:
 
     @property
     def budget(self) -> Budget:
-        """The window's arithmetic; a refusal may name a smaller window, and a quarter of it is then what
-        the reply keeps, at most what was configured."""
+        """The window's arithmetic; after a refusal names a smaller window, the reply keeps a quarter of it at most."""
         window = min(self.context_window, self.state.window or self.context_window)
         reserved = min(self.reserved_output, window // 4) if window < self.context_window else self.reserved_output
         return Budget(window, reserved, self.trigger, self.target, self.fixed_tokens, self.margin)

@@ -47,7 +47,7 @@ GIVEN = {"context_window": 9_000, "reserved_output": 1_000, "trigger": 0.42, "ta
 @pytest.mark.parametrize("policy", list(compact.POLICIES))
 def test_every_setting_given_explicitly_is_kept_under_every_policy(policy):
     fields = {f.name for f in dataclasses.fields(Compactor) if f.init}
-    assert set(GIVEN) | {"policy", "summarize", "archive", "reattach", "state"} == fields  # every field, tried
+    assert set(GIVEN) | {"policy", "summarize", "archive", "reattach", "where_set", "state"} == fields  # every field, tried
     for name, value in GIVEN.items():
         assert getattr(Compactor(policy=policy, **{name: value}), name) == value, (policy, name)
     for name, value in {**compact.DEFAULTS, **compact.POLICIES[policy]}.items():  # left out: the policy's
