@@ -398,16 +398,19 @@ def tools_offered() -> list[dict]:
     return [s for s in TOOL_SCHEMAS if s["function"]["name"] in TOOLS]
 
 
-def wrong_types(schema: dict, args: dict) -> list[str]:
-    """Each argument whose JSON type is not one its schema declares (an integer is a number too)."""
-    declared = schema["function"]["parameters"].get("properties", {})
-    wrong = []
-    for name, value in args.items():
-        allowed = declared.get(name, {}).get("type") or list(JSON_TYPE.values())
-        allowed, got = [allowed] if isinstance(allowed, str) else allowed, JSON_TYPE[type(value)]
-        if got not in allowed and not (got == "integer" and "number" in allowed):
-            wrong.append(f"{name} must be {' or '.join(allowed)}, not {got}")
-    return wrong
+def wrong_types(schema: dict, value, name: str = "") -> list[str]:
+    """Where `value` is not of the JSON type its schema declares, inside arrays and objects too (an
+    integer is a number too); `name` is where it stands in the arguments."""
+    allowed = schema.get("type") or list(JSON_TYPE.values())
+    allowed, got = [allowed] if isinstance(allowed, str) else allowed, JSON_TYPE[type(value)]
+    if got not in allowed and not (got == "integer" and "number" in allowed):
+        return [f"{name} must be {' or '.join(allowed)}, not {got}"]
+    if got == "array":
+        return [w for i, item in enumerate(value) for w in wrong_types(schema.get("items", {}), item, f"{name}[{i}]")]
+    if got == "object":
+        inside = schema.get("properties", {})
+        return [w for k, v in value.items() for w in wrong_types(inside.get(k, {}), v, f"{name}.{k}" if name else k)]
+    return []
 
 
 SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD)$")  # a setting whose value is a secret
@@ -436,13 +439,16 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
             inspect.signature(TOOLS[name]).bind(ws, **args)
         except TypeError as error:
             raise ToolError(f"wrong arguments for {name}: {error}") from None
-        if wrong := wrong_types(schema, args):
+        if wrong := wrong_types(schema["function"]["parameters"], args):
             raise ToolError(f"the arguments of {name}: {'; '.join(wrong)} (its schema says so)")
-        return safe_text(own_secrets_masked(TOOLS[name](ws, **args)))
+        result = TOOLS[name](ws, **args)
+        return safe_text(own_secrets_masked(result if isinstance(result, str) else json.dumps(result, default=str)))
     except (json.JSONDecodeError, RecursionError) as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
     except (ToolError, OSError, ValueError) as error:  # ValueError: a NUL byte, bad UTF-8, a surrogate
         return safe_text(f"error: {error}")
+    except Exception as error:  # a tool's own failure (a fork's tool, say): the model reads it, the turn goes on
+        return safe_text(f"error: {name} failed: {type(error).__name__}: {error}")
 
 
 # --- The model and one task (lesson 02) ------------------------------------------------------
@@ -1841,8 +1847,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
-    p.add_argument("--threshold", type=int, help=f"sawtooth: compact above this many messages (default: {THRESHOLD})")
-    p.add_argument("--keep-recent", type=int, help=f"sawtooth: messages kept whole (default: {KEEP_RECENT})")
+    users = {name: ", ".join(s for s in STRATEGIES if uses(POLICIES[s])) for name, uses in STRATEGY_OPTIONS.items()}
+    p.add_argument("--threshold", type=int, help=f"{users['threshold']}: compact above this many messages (default: {THRESHOLD})")
+    p.add_argument("--keep-recent", type=int, help=f"{users['keep_recent']}: messages kept whole (default: {KEEP_RECENT})")
     return p.parse_args(argv)
 
 
@@ -1950,7 +1957,8 @@ def resume_hint(path: Path, args: argparse.Namespace) -> str:
     """Where the session was saved and the command that continues it (the last saved for this
     workspace is what --resume opens)."""
     again = ["--demo", "--repl"] if args.demo else ["--workspace", args.workspace] * (args.workspace != ".")
-    return f"[saved] the session is in {clean(str(path))}; continue it: python tiny_agent.py {clean(shlex.join([*again, '--resume']))}"
+    program = sys.argv[0] if sys.argv[0].endswith(".py") else "tiny_agent.py"  # a fork's own file, as it was run
+    return f"[saved] the session is in {clean(str(path))}; continue it: python {clean(shlex.join([program, *again, '--resume']))}"
 
 
 def asked_first(question: str) -> Callable:

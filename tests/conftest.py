@@ -280,12 +280,17 @@ def cpu_seconds(stderr: str) -> float:
     return float(stderr.rstrip().rsplit("[cpu] ", 1)[1])
 
 
+MADE: dict[str, str] = {}  # once_per_run's data as JSON, in a run without workers
+
+
 def once_per_run(name: str, produce):
     """What produce() returns (JSON data), made once per test run however many pytest-xdist workers
     ask: the first makes it under a lock and writes it where the others read it."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:  # one process: nothing to share
-        return produce()
+    if not run:  # one process (-n 0): made once in it
+        if name not in MADE:
+            MADE[name] = json.dumps(produce())
+        return json.loads(MADE[name])
     folder = Path(tempfile.gettempdir()) / f"tiny-agent-tests-{run}"
     folder.mkdir(exist_ok=True)
     with open(folder / f"{name}.lock", "w") as lock:

@@ -43,7 +43,9 @@ def test_exit_says_where_the_demo_session_was_saved_and_the_command_it_names_con
         assert ran.returncode == 0, ran.stderr
         return ran.stdout
     first = repl("--demo", "--repl", "--max-iterations", "2", typed="hello\n/exit\n")
-    said = re.search(r"\[saved\] the session is in (.+); continue it: python tiny_agent.py (.+)", first)
+    said = re.search(r"\[saved\] the session is in (.+); continue it: python (.+)", first)
     assert said and Path(said[1]).is_file(), first[-400:]
-    assert "[resume] " in repl(*shlex.split(said[2]), typed="/exit\n")
+    program, *again = shlex.split(said[2])
+    assert program == str(ROOT / "tiny_agent.py")  # the file as it was run
+    assert "[resume] " in repl(*again, typed="/exit\n")
     assert "[saved]" not in repl("--demo", "--repl", typed="/exit\n")  # no turn, nothing saved

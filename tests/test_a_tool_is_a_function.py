@@ -82,5 +82,29 @@ def test_a_tool_added_after_import_is_counted_in_the_budget_and_offered(monkeypa
     ("object", {}, True), ("string", 5, False), (["string", "null"], None, True), ("null", 0, False),
 ])
 def test_an_argument_fits_only_the_json_type_its_schema_declares(declared, value, fits):
-    schema = {"function": {"parameters": {"properties": {"x": {"type": declared}}}}}
+    schema = {"type": "object", "properties": {"x": {"type": declared}}}
     assert (tiny_agent.wrong_types(schema, {"x": value}) == []) == fits
+
+
+def test_the_items_of_an_array_and_the_fields_of_an_object_are_checked_too():
+    schema = {"type": "object", "properties": {"paths": {"type": "array", "items": {"type": "string"}},
+                                               "where": {"type": "object", "properties": {"line": {"type": "integer"}}}}}
+    assert tiny_agent.wrong_types(schema, {"paths": ["a", 1], "where": {"line": "3"}}) == [
+        "paths[1] must be string, not integer", "where.line must be integer, not string"]
+    assert tiny_agent.wrong_types(schema, {"paths": ["a"], "where": {"line": 3, "other": None}}) == []
+
+
+def test_a_tool_that_fails_or_returns_no_text_costs_the_turn_nothing(monkeypatch, tmp_path):
+    """A fork's tool with a bug of its own: the model reads one line of error, and the loop goes on; a
+    tool that returns a number or a list is sent as its JSON."""
+    def divide(ws, n: int) -> str:
+        return str(10 / (n - 1))
+    schema = {"type": "function", "function": {"name": "divide", "description": "10 / (n - 1)",
+              "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}}
+    monkeypatch.setitem(tiny_agent.TOOLS, "divide", divide)
+    monkeypatch.setattr(tiny_agent, "TOOL_SCHEMAS", [*tiny_agent.TOOL_SCHEMAS, schema])
+    ws = tiny_agent.Workspace(tmp_path)
+    assert tiny_agent.run_tool(ws, "divide", '{"n": 3}') == "5.0"
+    assert tiny_agent.run_tool(ws, "divide", '{"n": 1}') == "error: divide failed: ZeroDivisionError: division by zero"
+    monkeypatch.setitem(tiny_agent.TOOLS, "divide", lambda ws, n: [n, {"half": n / 2}])
+    assert tiny_agent.run_tool(ws, "divide", '{"n": 3}') == '[3, {"half": 1.5}]'

@@ -734,9 +734,11 @@ def test_the_end_of_a_task_says_where_the_session_was_saved_and_the_command_it_n
     first = run_agent(["--workspace", str(workspace), "first task"], env, tmp_path / "cwd")
     [line] = [line for line in first.stdout.splitlines() if line.startswith("[saved]")]
     [name] = contents(records(workspace))
-    said = re.fullmatch(r"\[saved\] the session is in (.+); continue it: python tiny_agent.py (.+)", line)
+    said = re.fullmatch(r"\[saved\] the session is in (.+); continue it: python (.+)", line)
     assert said and Path(said[1]).name == name and Path(said[1]).is_file(), line
-    again = run_agent([*shlex.split(said[2]), "second task"], env, tmp_path / "cwd")
+    program, *again = shlex.split(said[2])
+    assert program == str(AGENT)  # the file as it was run
+    again = run_agent([*again, "second task"], env, tmp_path / "cwd")
     assert again.returncode == 0 and "[resume] 3 messages" in again.stdout, again.stdout + again.stderr
     assert [m["content"] for m in messages_of(script.turns[1])[1:]] == ["first task", "FIRST-ANSWER", "second task"]
 
