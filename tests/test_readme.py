@@ -34,3 +34,16 @@ def test_the_readmes_demo_output_is_what_the_demo_prints(capsys, monkeypatch, tm
             assert any(set(p) <= CHART and "█" in p for p in printed), line
             continue
         assert any(shape(line).search(p) for p in printed), f"the README quotes {line!r}; the demo printed no such line"
+
+
+def test_how_it_works_is_short_and_the_two_set_up_commands_come_first():
+    """A newcomer reads the two commands before anything else to run, and "How it works" in a
+    short diagram and a few sentences (at most 1,600 characters; the long explanations are the lessons')."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```\w*\n(.*?)```", readme, re.S)
+    assert [b.strip() for b in blocks[:2]] == [
+        'python3 -m venv .venv && . .venv/bin/activate && pip install -e . && python tiny_agent.py',
+        'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[dev]" && python -m pytest -q']
+    section = readme[readme.index("## How it works"):readme.index("\n## ", readme.index("## How it works") + 1)]
+    assert len(section) <= 1_600, f"How it works is {len(section):,} characters"
+    assert "compact_messages" in section and "compact.py" in section and "tiny_agent.py" in section
