@@ -645,11 +645,12 @@ def groups(messages: list[dict], head: int = 0) -> list[tuple[int, int]]:
     return found[::-1]
 
 
-def pair_tool_results(messages: list[dict]) -> dict[int, dict]:
+def pair_tool_results(messages: list[dict], found: list[tuple[int, int]] | None = None) -> dict[int, dict]:
     """Map each tool result's index to the call it answers, looking only at the assistant message
-    that opens its group. Real models reuse ids across a conversation (lessons 05, 08)."""
+    that opens its group (`found`: the list's groups, when the caller has them). Real models reuse
+    ids across a conversation (lessons 05, 08)."""
     pairs: dict[int, dict] = {}
-    for start, end in groups(messages):
+    for start, end in found if found is not None else groups(messages):
         open_calls = list(messages[start].get("tool_calls") or ()) if messages[start].get("role") == "assistant" else []
         for i in range(start + 1, end):
             wanted = messages[i].get("tool_call_id")
@@ -1959,10 +1960,11 @@ def repair(messages: list[dict], problems: list[str] | None = None) -> list[dict
     role is not guessed at: check_messages raises."""
     check_messages(messages)
     said = problems.append if problems is not None else (lambda line: None)
-    pairs = pair_tool_results(messages)
+    found = groups(messages)
+    pairs = pair_tool_results(messages, found)
     answered = {id(call) for call in pairs.values()}
     out: list[dict] = []
-    for start, end in groups(messages):
+    for start, end in found:
         for i in range(start, end):
             m, role = messages[i], messages[i].get("role")
             if role == "system" and i > 0:

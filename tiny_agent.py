@@ -398,9 +398,16 @@ def tools_offered() -> list[dict]:
     return [s for s in TOOL_SCHEMAS if s["function"]["name"] in TOOLS]
 
 
+def tool_names() -> str:
+    return ", ".join(s["function"]["name"] for s in tools_offered())
+
+
 def wrong_types(schema: dict, value, name: str = "") -> list[str]:
     """Where `value` is not of the JSON type its schema declares, inside arrays and objects too (an
-    integer is a number too); `name` is where it stands in the arguments."""
+    integer is a number too); `name` is where it stands in the arguments. A part of the schema that is
+    not an object (`true`, a list of items) says nothing here."""
+    if not isinstance(schema, dict):
+        return []
     allowed = schema.get("type") or list(JSON_TYPE.values())
     allowed, got = [allowed] if isinstance(allowed, str) else allowed, JSON_TYPE[type(value)]
     if got not in allowed and not (got == "integer" and "number" in allowed):
@@ -408,7 +415,7 @@ def wrong_types(schema: dict, value, name: str = "") -> list[str]:
     if got == "array":
         return [w for i, item in enumerate(value) for w in wrong_types(schema.get("items", {}), item, f"{name}[{i}]")]
     if got == "object":
-        inside = schema.get("properties", {})
+        inside = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
         return [w for k, v in value.items() for w in wrong_types(inside.get(k, {}), v, f"{name}.{k}" if name else k)]
     return []
 
@@ -434,21 +441,31 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
             raise ToolError("arguments must be a JSON object")
         schema = next((s for s in tools_offered() if s["function"]["name"] == name), None)
         if schema is None:
-            raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(TOOLS)}")
+            raise ToolError(f"unknown tool {name!r}; the tools are {tool_names()}")
         try:
             inspect.signature(TOOLS[name]).bind(ws, **args)
         except TypeError as error:
             raise ToolError(f"wrong arguments for {name}: {error}") from None
-        if wrong := wrong_types(schema["function"]["parameters"], args):
-            raise ToolError(f"the arguments of {name}: {'; '.join(wrong)} (its schema says so)")
-        result = TOOLS[name](ws, **args)
-        return safe_text(own_secrets_masked(result if isinstance(result, str) else json.dumps(result, default=str)))
+        if wrong := wrong_types(schema["function"].get("parameters", {}), args):
+            more = f"; and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+            raise ToolError(f"the arguments of {name}: {'; '.join(wrong[:3])}{more} (its schema says so)")
+        return safe_text(own_secrets_masked(as_text(TOOLS[name](ws, **args))))
     except (json.JSONDecodeError, RecursionError) as error:
         return f"error: arguments are not valid JSON ({error}); send a JSON object"
     except (ToolError, OSError, ValueError) as error:  # ValueError: a NUL byte, bad UTF-8, a surrogate
-        return safe_text(f"error: {error}")
+        return safe_text(own_secrets_masked(f"error: {error}"))
     except Exception as error:  # a tool's own failure (a fork's tool, say): the model reads it, the turn goes on
-        return safe_text(f"error: {name} failed: {type(error).__name__}: {error}")
+        return safe_text(own_secrets_masked(f"error: {name} failed: {type(error).__name__}: {error}"))
+
+
+def as_text(result) -> str:
+    """A tool's result as the model reads it: text as it is, anything else as its JSON (or its str)."""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, default=str)
+    except (TypeError, ValueError):  # keys JSON has no name for, a circular list
+        return str(result)
 
 
 # --- The model and one task (lesson 02) ------------------------------------------------------
@@ -1335,11 +1352,9 @@ def load_config(env: dict | None = None, **overrides) -> Config:
     problems = [(config.strategy not in STRATEGIES, f"unknown strategy {config.strategy!r}; choose one of "
                  f"{', '.join(STRATEGIES)}"),
                 (config.keep_recent < 1, f"--keep-recent {config.keep_recent}: keep at least 1 message"),
-                (config.threshold <= config.keep_recent, f"--threshold {config.threshold} must be larger than "
-                 f"--keep-recent {config.keep_recent}"),
                 (config.max_iterations < 1, f"--max-iterations {config.max_iterations}: allow at least 1"),
-                (bool(unknown := [t for t in config.precise_tools if t not in TOOLS]), f"PRECISE_TOOLS (--precise-"
-                 f"tools): no tool named {', '.join(map(repr, unknown))}; the tools are {', '.join(TOOLS)}"),
+                (bool(unknown := [t for t in config.precise_tools if t not in tool_names().split(", ")]), f"PRECISE_TOOLS (--precise-"
+                 f"tools): no tool named {', '.join(map(repr, unknown))}; the tools are {tool_names()}"),
                 (config.reserved_output * 2 >= config.context_window, f"MAX_OUTPUT_TOKENS={config.max_output} "
                  f"leaves no room in CONTEXT_WINDOW={config.context_window}: keep it under half the window")]
     for wrong, message in problems:
@@ -1843,7 +1858,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--session", metavar="NAME", help="continue this saved session of the workspace (--resume lists them)")
     p.add_argument("--view", action="store_true", help="when the run ends, write a page that shows every compaction "
                    "(HTML, beside the session) and print its path")
-    p.add_argument("--precise-tools", help=f"comma-separated tools (of {', '.join(TOOLS)}) whose results are never "
+    p.add_argument("--precise-tools", help=f"comma-separated tools (of {tool_names()}) whose results are never "
                    "compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
@@ -1890,7 +1905,7 @@ def command_line_config(args: argparse.Namespace) -> Config:
     precise = tuple(t for t in re.split(r"[,\s]+", args.precise_tools or "") if t) or None
     config = load_config(strategy=args.strategy, max_iterations=args.max_iterations, threshold=args.threshold,
                          keep_recent=args.keep_recent, precise_tools=precise)
-    check_options_apply(config.strategy, args)
+    check_options_apply(config, args)
     return config
 
 
@@ -1899,13 +1914,17 @@ STRATEGY_OPTIONS = {"threshold": lambda policy: "threshold" in policy, "keep_rec
                     "precise_tools": lambda policy: bool(policy["layers"])}
 
 
-def check_options_apply(strategy: str, args: argparse.Namespace) -> None:
-    """An option given for the compaction that `strategy` does not use is one line naming those that do."""
+def check_options_apply(config: Config, args: argparse.Namespace) -> None:
+    """An option given for the compaction that the strategy does not use is one line naming those
+    that do; where it uses both, --threshold must be larger than --keep-recent."""
+    strategy = config.strategy
     for name, uses in STRATEGY_OPTIONS.items():
         if getattr(args, name) is not None and not uses(POLICIES[strategy]):
             users = ", ".join(s for s in STRATEGIES if uses(POLICIES[s]))
             raise ConfigError(f"--{name.replace('_', '-')}: --strategy {strategy} does not use it (the strategies "
                               f"that do: {users})")
+    if "threshold" in POLICIES[strategy] and config.threshold <= config.keep_recent:
+        raise ConfigError(f"--threshold {config.threshold} must be larger than --keep-recent {config.keep_recent}")
 
 
 def resumed_config(config: Config, saved: dict | None, args: argparse.Namespace) -> Config:
@@ -1913,7 +1932,7 @@ def resumed_config(config: Config, saved: dict | None, args: argparse.Namespace)
     and the options given for the compaction checked against it."""
     if saved and not args.strategy:
         config = replace(config, strategy=saved["strategy"])
-        check_options_apply(config.strategy, args)
+        check_options_apply(config, args)
     return config
 
 

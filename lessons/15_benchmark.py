@@ -33,7 +33,7 @@ Try it: --window 64000 (fewer compactions); --cached-rate 0.5; --trajectories
 RUNS.jsonl --limit 20 (RUNS.jsonl: any file of recorded runs, one {"messages": [...]} a line) (--recorded-windows 8000 16000 for other windows than 16k,
 32k and 64k); --json | python -m json.tool (--json results.json prints the tables and saves the JSON);
 --plot tokens.png;
---linearity (the ladder's time from 10,000 to 50,000 messages instead of 2,000 to 10,000, about half a
+--linearity (the ladder's time from 10,000 to 50,000 messages instead of 1,000 to 5,000, about half a
 minute more);
 --readme (rewrites the tables of lesson 15 in lessons/README.md, and the summary line of README.md's
 "## Measured", from this run; with --trajectories RUNS.jsonl the recorded ones too).
@@ -59,7 +59,7 @@ from benchmark import check_targets, pct, pct1, run_benchmark, text_chart  # noq
 
 CHART = {"none": "·", "sawtooth 30/6": "s", "layered": "█"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LONG, SHORT = (10_000, 20_000, 50_000), (2_000, 4_000, 10_000)  # messages: --linearity, and every run
+LONG, SHORT = (10_000, 20_000, 50_000), (1_000, 2_000, 5_000)  # messages: --linearity, and every run
 README = os.path.join(ROOT, "README.md")  # one summary line, between markers
 GUIDE = os.path.join(ROOT, "lessons", "README.md")  # the tables, in lesson 15's section
 

@@ -1286,7 +1286,7 @@ def outside_text_checks() -> dict[str, Callable[[str], object]]:
             "needs_asking": lambda text: tiny_agent.needs_asking("cat " + text)}  # the question before a command
 
 
-def linear_ratios(size: int = 1_000_000) -> dict:
+def linear_ratios(size: int = 250_000) -> dict:
     """Each check of outside_text_checks on one word of `size` characters (of one letter, and
     a pasted hex blob) and on a line of punctuation as long, over its time on ordinary text (this
     file, at least 10 ms as a floor): about 1 when linear; a check that re-reads the rest of a long

@@ -108,3 +108,38 @@ def test_a_tool_that_fails_or_returns_no_text_costs_the_turn_nothing(monkeypatch
     assert tiny_agent.run_tool(ws, "divide", '{"n": 1}') == "error: divide failed: ZeroDivisionError: division by zero"
     monkeypatch.setitem(tiny_agent.TOOLS, "divide", lambda ws, n: [n, {"half": n / 2}])
     assert tiny_agent.run_tool(ws, "divide", '{"n": 3}') == '[3, {"half": 1.5}]'
+
+
+def add_tool(monkeypatch, name, function, parameters=None):
+    """A tool added as a fork adds one; `parameters` None: its schema leaves them out."""
+    schema = {"type": "function", "function": {"name": name, "description": name,
+                                               **({"parameters": parameters} if parameters is not None else {})}}
+    monkeypatch.setitem(tiny_agent.TOOLS, name, function)
+    monkeypatch.setattr(tiny_agent, "TOOL_SCHEMAS", [*tiny_agent.TOOL_SCHEMAS, schema])
+
+
+def test_what_a_tools_failure_says_is_masked_like_its_output(monkeypatch, tmp_path):
+    monkeypatch.setenv("MY_API_KEY", "sk-supersecret123")
+
+    def fetch(ws, url: str) -> str:
+        raise RuntimeError(f"401 for {url}?key=sk-supersecret123")
+    add_tool(monkeypatch, "fetch", fetch, {"type": "object", "properties": {"url": {"type": "string"}}})
+    said = tiny_agent.run_tool(tiny_agent.Workspace(tmp_path), "fetch", '{"url": "x"}')
+    assert said == "error: fetch failed: RuntimeError: 401 for x?key=[MY_API_KEY masked]"
+
+
+def test_odd_schemas_and_results_are_no_tools_failure(monkeypatch, tmp_path):
+    ws = tiny_agent.Workspace(tmp_path)
+    add_tool(monkeypatch, "now", lambda ws: {(1, 2): 3})  # no parameters: a tool of no arguments
+    assert tiny_agent.run_tool(ws, "now", "{}") == "{(1, 2): 3}"  # not JSON: its str
+    add_tool(monkeypatch, "odd", lambda ws, x, y: "ran", {"type": "object", "properties": {"x": True, "y": {
+        "type": "array", "items": [{"type": "string"}]}}})
+    assert tiny_agent.run_tool(ws, "odd", '{"x": 1, "y": [2]}') == "ran"  # what is no object says nothing
+    add_tool(monkeypatch, "many", lambda ws, xs: "ran", {"type": "object", "properties": {
+        "xs": {"type": "array", "items": {"type": "integer"}}}})
+    said = tiny_agent.run_tool(ws, "many", json.dumps({"xs": ["a"] * 10_000}))
+    assert said == ("error: the arguments of many: xs[0] must be integer, not string; xs[1] must be integer, not "
+                    "string; xs[2] must be integer, not string; and 9997 more (its schema says so)")
+    monkeypatch.setitem(tiny_agent.TOOLS, "unlisted", lambda ws: "x")  # in TOOLS, but no schema: not offered
+    assert tiny_agent.run_tool(ws, "unlisted", "{}").startswith("error: unknown tool 'unlisted'; the tools are bash")
+    assert "unlisted" not in tiny_agent.run_tool(ws, "unlisted", "{}").split("the tools are")[1]

@@ -273,6 +273,12 @@ def test_an_option_the_resumed_sessions_strategy_does_not_use_is_an_error():
     with pytest.raises(tiny_agent.ConfigError, match="--strategy layered does not use it"):
         tiny_agent.resumed_config(tiny_agent.Config(), {"strategy": "layered"}, args)
     assert tiny_agent.resumed_config(tiny_agent.Config(), {"strategy": "hybrid"}, args).strategy == "hybrid"
+    # --threshold must pass --keep-recent only where the strategy has a threshold: hybrid keeps 30 alone
+    assert tiny_agent.resumed_config(tiny_agent.Config(keep_recent=30), {"strategy": "hybrid"},
+                                     tiny_agent.parse_args(["--keep-recent", "30", "--resume"])).keep_recent == 30
+    with pytest.raises(tiny_agent.ConfigError, match="--threshold 30 must be larger than --keep-recent 30"):
+        tiny_agent.resumed_config(tiny_agent.Config(keep_recent=30), {"strategy": "sawtooth"},
+                                  tiny_agent.parse_args(["--keep-recent", "30", "--resume"]))
 
 
 def test_strategy_none_on_the_demo_says_none_does_not_compact(tmp_path):
