@@ -10,6 +10,7 @@ import fcntl
 import ipaddress
 import os
 import resource
+import signal
 import json
 import shutil
 import socket
@@ -45,9 +46,14 @@ atexit.register(shutil.rmtree, HOME, True)
 
 
 def pytest_configure(config) -> None:
-    """Under mutmut a mutant may loop for ever, appending (groups' `while end >= head` did, to 20 GB
-    before its CPU limit): the process running a mutant's tests is held to 4 GB of memory, so such
-    a mutant stops there (MemoryError, or its CPU limit) and the machine keeps the rest."""
+    """Started in the background by a shell without job control, the run would inherit SIGINT
+    ignored, and so would every agent it starts, which the tests of Ctrl-C then cannot interrupt:
+    Ctrl-C is given back its default first. Under mutmut a mutant may loop for ever, appending
+    (groups' `while end >= head` did, to 20 GB before its CPU limit): the process running a
+    mutant's tests is held to 4 GB of memory, so such a mutant stops there (MemoryError, or its CPU
+    limit) and the machine keeps the rest."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
