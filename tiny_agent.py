@@ -383,8 +383,8 @@ def stop_all(proc: subprocess.Popen, known: set[int]) -> None:
 
 
 # A tool is a function of the workspace and its arguments, and a schema the model reads (README: Fork
-# it). The model is offered the schemas of the tools in TOOLS, read at each request, so a tool
-# added or deleted after import is what the model sees, what --help lists and what the budget counts.
+# it). Each request offers the schemas of the tools in TOOLS at that moment, and --help and the
+# budget read them when the agent starts: a tool added or deleted after import is in all three.
 TOOLS = {"bash": bash}  # name -> function(ws, **arguments); Layer 2 registers more
 TOOL_SCHEMAS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command in the workspace.",
                  "parameters": {"type": "object", "properties": {"command": {"type": "string", "description":
@@ -398,8 +398,8 @@ def tools_offered() -> list[dict]:
     return [s for s in TOOL_SCHEMAS if s["function"]["name"] in TOOLS]
 
 
-def tool_names() -> str:
-    return ", ".join(s["function"]["name"] for s in tools_offered())
+def tool_names() -> list[str]:
+    return [s["function"]["name"] for s in tools_offered()]
 
 
 def wrong_types(schema: dict, value, name: str = "") -> list[str]:
@@ -441,7 +441,7 @@ def run_tool(ws: Workspace, name: str, arguments: str) -> str:
             raise ToolError("arguments must be a JSON object")
         schema = next((s for s in tools_offered() if s["function"]["name"] == name), None)
         if schema is None:
-            raise ToolError(f"unknown tool {name!r}; the tools are {tool_names()}")
+            raise ToolError(f"unknown tool {name!r}; the tools are {', '.join(tool_names())}")
         try:
             inspect.signature(TOOLS[name]).bind(ws, **args)
         except TypeError as error:
@@ -809,8 +809,8 @@ DROPPED_TOOLS = ("[tools] the server counted {counted:,} prompt tokens for a req
 def tools_dropped(messages: list[dict], reply: dict) -> bool:
     """The server saw far fewer tokens than the messages and the schemas hold, and no tool call has
     come back yet: the signature of a chat template that renders no tools (llama-server, SmolLM2)."""
-    counted = reply.get("usage") or 0
-    return (counted > 0 and counted + schema_tokens() // 2 < request_tokens(messages, None, schema_tokens())
+    counted, fixed = reply.get("usage") or 0, schema_tokens()
+    return (counted > 0 and counted + fixed // 2 < request_tokens(messages, None, fixed)
             and not any(m.get("tool_calls") for m in [*messages, reply]))
 
 
@@ -1198,8 +1198,9 @@ def describe_compaction(strategy: Strategy, before: list[dict], after: list[dict
     when it gave one), each step that removed something, and the rule of compact_messages that
     fired with what it kept."""
     counted = "the model's last count, plus new messages" if strategy.usage else "estimated"
-    line = (f", request ~{request_tokens(before, strategy.usage, schema_tokens()):,} tokens ({counted}) → "
-            f"~{request_tokens(after, None, schema_tokens()):,} estimated")
+    fixed = strategy.compactor.fixed_tokens  # the schemas' tokens, as the budget counts them
+    line = (f", request ~{request_tokens(before, strategy.usage, fixed):,} tokens ({counted}) → "
+            f"~{request_tokens(after, None, fixed):,} estimated")
     for name, was, now, _ in strategy.compactor.report:
         line += f"\n          {name:<11} {was - now:>+8,} tokens removed" * (was > now)
     return line + f"\n          rule: {fired_rule(strategy.compactor, before)}; kept: {kept_parts(after)}"
@@ -1353,8 +1354,8 @@ def load_config(env: dict | None = None, **overrides) -> Config:
                  f"{', '.join(STRATEGIES)}"),
                 (config.keep_recent < 1, f"--keep-recent {config.keep_recent}: keep at least 1 message"),
                 (config.max_iterations < 1, f"--max-iterations {config.max_iterations}: allow at least 1"),
-                (bool(unknown := [t for t in config.precise_tools if t not in tool_names().split(", ")]), f"PRECISE_TOOLS (--precise-"
-                 f"tools): no tool named {', '.join(map(repr, unknown))}; the tools are {tool_names()}"),
+                (bool(unknown := [t for t in config.precise_tools if t not in tool_names()]), f"PRECISE_TOOLS (--precise-"
+                 f"tools): no tool named {', '.join(map(repr, unknown))}; the tools are {', '.join(tool_names())}"),
                 (config.reserved_output * 2 >= config.context_window, f"MAX_OUTPUT_TOKENS={config.max_output} "
                  f"leaves no room in CONTEXT_WINDOW={config.context_window}: keep it under half the window")]
     for wrong, message in problems:
@@ -1858,13 +1859,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--session", metavar="NAME", help="continue this saved session of the workspace (--resume lists them)")
     p.add_argument("--view", action="store_true", help="when the run ends, write a page that shows every compaction "
                    "(HTML, beside the session) and print its path")
-    p.add_argument("--precise-tools", help=f"comma-separated tools (of {tool_names()}) whose results are never "
+    p.add_argument("--precise-tools", help=f"comma-separated tools (of {', '.join(tool_names())}) whose results are never "
                    "compressed (PRECISE_TOOLS)")
     p.add_argument("--max-iterations", type=int, help=f"stop after this many model calls (default: "
                    f"{Config.max_iterations}; the demo: {DEMO_ITERATIONS})")
-    users = {name: ", ".join(s for s in STRATEGIES if uses(POLICIES[s])) for name, uses in STRATEGY_OPTIONS.items()}
-    p.add_argument("--threshold", type=int, help=f"{users['threshold']}: compact above this many messages (default: {THRESHOLD})")
-    p.add_argument("--keep-recent", type=int, help=f"{users['keep_recent']}: messages kept whole (default: {KEEP_RECENT})")
+    p.add_argument("--threshold", type=int, help=f"{using('threshold')}: compact above this many messages (default: {THRESHOLD})")
+    p.add_argument("--keep-recent", type=int, help=f"{using('keep_recent')}: messages kept whole (default: {KEEP_RECENT})")
     return p.parse_args(argv)
 
 
@@ -1914,15 +1914,19 @@ STRATEGY_OPTIONS = {"threshold": lambda policy: "threshold" in policy, "keep_rec
                     "precise_tools": lambda policy: bool(policy["layers"])}
 
 
+def using(option: str) -> str:
+    """The strategies that use `option` (a key of STRATEGY_OPTIONS), as --help and the errors name them."""
+    return ", ".join(s for s in STRATEGIES if STRATEGY_OPTIONS[option](POLICIES[s]))
+
+
 def check_options_apply(config: Config, args: argparse.Namespace) -> None:
     """An option given for the compaction that the strategy does not use is one line naming those
     that do; where it uses both, --threshold must be larger than --keep-recent."""
     strategy = config.strategy
     for name, uses in STRATEGY_OPTIONS.items():
         if getattr(args, name) is not None and not uses(POLICIES[strategy]):
-            users = ", ".join(s for s in STRATEGIES if uses(POLICIES[s]))
             raise ConfigError(f"--{name.replace('_', '-')}: --strategy {strategy} does not use it (the strategies "
-                              f"that do: {users})")
+                              f"that do: {using(name)})")
     if "threshold" in POLICIES[strategy] and config.threshold <= config.keep_recent:
         raise ConfigError(f"--threshold {config.threshold} must be larger than --keep-recent {config.keep_recent}")
 
@@ -1964,8 +1968,7 @@ def agent(args: argparse.Namespace, config: Config) -> int:
         if args.view:
             write_view(session, path.with_suffix(".html"))
     if path.exists():  # a normal end; an error's end is its one line
-        if path.exists():
-            print(resume_hint(path, args))
+        print(resume_hint(path, args))
     if not one_task:
         return 0
     finish(session, answer)
